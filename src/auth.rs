@@ -1,0 +1,114 @@
+//! Bearer-token authentication (SPEC §2). Tokens are stored only as SHA-256 hashes and looked up by
+//! hash, so no secret is ever compared byte by byte and a leaked table reveals no usable token.
+
+use axum::{
+    extract::{Request, State},
+    http::header,
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+
+use crate::{http::errors::ApiError, idempotency::Scope};
+
+/// The merchant account a request is authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerchantId(String);
+
+impl MerchantId {
+    /// 1–64 of `[A-Za-z0-9_-]`, the same rule the `api_keys` table checks.
+    pub fn parse(raw: &str) -> anyhow::Result<Self> {
+        let valid = (1..=64).contains(&raw.len())
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        anyhow::ensure!(
+            valid,
+            "a merchant id is 1-64 characters of A-Z, a-z, 0-9, '_' and '-'"
+        );
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Rejects requests without a known token with 401 before anything else reads them: no
+/// Idempotency-Key is even looked at, nothing is stored. On success the merchant, and the
+/// idempotency scope it defines, go into the request extensions.
+pub async fn require_merchant(
+    State(pool): State<PgPool>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        // The auth scheme is case-insensitive (RFC 9110 §11.1); the token is not.
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty());
+    let Some(token) = token else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let hash = token_hash(token);
+    let merchant = sqlx::query_scalar!(
+        "SELECT merchant_id FROM api_keys WHERE token_sha256 = $1",
+        &hash[..]
+    )
+    .fetch_optional(&pool)
+    .await;
+    match merchant {
+        Ok(Some(merchant_id)) => {
+            request
+                .extensions_mut()
+                .insert(Scope::new(merchant_id.clone()));
+            request.extensions_mut().insert(MerchantId(merchant_id));
+            next.run(request).await
+        }
+        Ok(None) => ApiError::Unauthorized.into_response(),
+        Err(e) => ApiError::Database(e).into_response(),
+    }
+}
+
+/// Upserts `(token, merchant)` pairs, e.g. from `BOOTSTRAP_API_KEYS`.
+pub async fn bootstrap(pool: &PgPool, keys: &[(String, String)]) -> anyhow::Result<()> {
+    for (token, merchant) in keys {
+        let merchant = MerchantId::parse(merchant)?;
+        insert(pool, token, &merchant).await?;
+    }
+    Ok(())
+}
+
+/// A new random token (256 bits) for a merchant; only its hash is stored.
+pub async fn create(pool: &PgPool, merchant: &MerchantId) -> anyhow::Result<String> {
+    let mut secret = [0u8; 32];
+    rand::rng().fill_bytes(&mut secret);
+    let token = format!("sk_{}", hex::encode(secret));
+    insert(pool, &token, merchant).await?;
+    Ok(token)
+}
+
+async fn insert(pool: &PgPool, token: &str, merchant: &MerchantId) -> anyhow::Result<()> {
+    let hash = token_hash(token);
+    sqlx::query!(
+        r#"
+        INSERT INTO api_keys (merchant_id, token_sha256) VALUES ($1, $2)
+        ON CONFLICT (token_sha256) DO UPDATE SET merchant_id = excluded.merchant_id
+        "#,
+        merchant.as_str(),
+        &hash[..],
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! Settings of the `payments-api` binary: every one is an environment variable (SPEC §7), mirrored
+//! by a flag of the same meaning so `payments-api --help` documents them all.
+
+use std::{net::SocketAddr, time::Duration};
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "payments-api",
+    version,
+    about = "Payment-intent API: one Idempotency-Key, one execution, one answer"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Settings for `serve`, the default command.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API (the default when no command is given).
+    Serve(ServeArgs),
+    /// Create the database if it is missing and apply the migrations, then exit.
+    Migrate(DatabaseArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    ApiKeys(ApiKeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApiKeysCommand {
+    /// Print a new random token for a merchant; only its SHA-256 hash is stored.
+    Create {
+        /// The merchant account the token authenticates as.
+        #[arg(long)]
+        merchant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection string.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Largest number of pooled database connections.
+    #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+}
+
+impl DatabaseArgs {
+    pub fn url(&self) -> anyhow::Result<&str> {
+        self.database_url
+            .as_deref()
+            .context("DATABASE_URL is required (e.g. postgres://postgres@127.0.0.1:5432/payments)")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+
+    /// Address the HTTP server listens on.
+    #[arg(long, env = "BIND_ADDR", default_value = "0.0.0.0:8080")]
+    pub bind_addr: SocketAddr,
+
+    /// How long a claimed Idempotency-Key blocks retries before another attempt may take over.
+    #[arg(long, env = "IDEMPOTENCY_LEASE_SECONDS", default_value_t = 30)]
+    pub idempotency_lease_seconds: u64,
+
+    /// How long a key and its stored response are kept, counted from the first claim.
+    #[arg(long, env = "IDEMPOTENCY_KEY_TTL_SECONDS", default_value_t = 86_400)]
+    pub idempotency_key_ttl_seconds: u64,
+
+    /// Reject a POST without an Idempotency-Key (400 idempotency_key_missing).
+    #[arg(long, env = "IDEMPOTENCY_KEY_REQUIRED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub idempotency_key_required: bool,
+
+    /// A request still running after this long is abandoned and its transaction rolled back.
+    #[arg(long, env = "REQUEST_TIMEOUT_SECONDS", default_value_t = 25)]
+    pub request_timeout_seconds: u64,
+
+    /// Largest request body accepted; a larger one gets 413 payload_too_large.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 65_536)]
+    pub max_body_bytes: usize,
+
+    /// How often the background sweepers run.
+    #[arg(long, env = "SWEEP_INTERVAL_SECONDS", default_value_t = 10)]
+    pub sweep_interval_seconds: u64,
+
+    /// API tokens upserted at start-up: "token=merchant_id[,token=merchant_id...]".
+    #[arg(long, env = "BOOTSTRAP_API_KEYS", hide_env_values = true)]
+    pub bootstrap_api_keys: Option<String>,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+
+    /// Create the database if missing and apply migrations before serving.
+    #[arg(long)]
+    pub migrate: bool,
+}
+
+/// The validated settings the application runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub db_max_connections: u32,
+    pub bind_addr: SocketAddr,
+    pub idempotency: IdempotencySettings,
+    pub request_timeout: Duration,
+    pub max_body_bytes: usize,
+    pub sweep_interval: Duration,
+    pub bootstrap_api_keys: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencySettings {
+    pub lease: Duration,
+    pub retention: Duration,
+    pub key_required: bool,
+}
+
+impl ServeArgs {
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let lease = Duration::from_secs(self.idempotency_lease_seconds);
+        let request_timeout = Duration::from_secs(self.request_timeout_seconds);
+        // SPEC §5.6: a request must give up before its lease runs out, or a retry could take over
+        // while the first attempt is still working and two executions would overlap.
+        if request_timeout >= lease {
+            bail!(
+                "REQUEST_TIMEOUT_SECONDS ({}) must be shorter than IDEMPOTENCY_LEASE_SECONDS ({})",
+                self.request_timeout_seconds,
+                self.idempotency_lease_seconds
+            );
+        }
+        if self.idempotency_key_ttl_seconds <= self.idempotency_lease_seconds {
+            bail!("IDEMPOTENCY_KEY_TTL_SECONDS must be longer than IDEMPOTENCY_LEASE_SECONDS");
+        }
+        if self.sweep_interval_seconds == 0 || self.request_timeout_seconds == 0 {
+            bail!("SWEEP_INTERVAL_SECONDS and REQUEST_TIMEOUT_SECONDS must be at least 1");
+        }
+        Ok(Settings {
+            database_url: self.database.url()?.to_owned(),
+            db_max_connections: self.database.db_max_connections.max(2),
+            bind_addr: self.bind_addr,
+            idempotency: IdempotencySettings {
+                lease,
+                retention: Duration::from_secs(self.idempotency_key_ttl_seconds),
+                key_required: self.idempotency_key_required,
+            },
+            request_timeout,
+            max_body_bytes: self.max_body_bytes,
+            sweep_interval: Duration::from_secs(self.sweep_interval_seconds),
+            bootstrap_api_keys: parse_bootstrap_api_keys(
+                self.bootstrap_api_keys.as_deref().unwrap_or(""),
+            )?,
+        })
+    }
+}
+
+/// Parses `token=merchant_id[,token=merchant_id...]`; blanks around entries are ignored.
+pub fn parse_bootstrap_api_keys(spec: &str) -> anyhow::Result<Vec<(String, String)>> {
+    spec.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| match entry.split_once('=') {
+            Some((token, merchant)) if !token.trim().is_empty() && !merchant.trim().is_empty() => {
+                Ok((token.trim().to_owned(), merchant.trim().to_owned()))
+            }
+            // Never echo the entry: it holds a secret token.
+            _ => bail!("BOOTSTRAP_API_KEYS entries must look like token=merchant_id"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootstrap_keys_parse_pairs_and_skip_blanks() {
+        let keys =
+            parse_bootstrap_api_keys("merchant-demo=merchant_demo, merchant-other=merchant_other,")
+                .unwrap();
+        assert_eq!(
+            keys,
+            vec![
+                ("merchant-demo".to_owned(), "merchant_demo".to_owned()),
+                ("merchant-other".to_owned(), "merchant_other".to_owned())
+            ]
+        );
+        assert!(parse_bootstrap_api_keys("no-equals-sign").is_err());
+        assert!(parse_bootstrap_api_keys("=merchant").is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! The one error type of the API. Every error body is `{"error":"<code>","detail":"<sentence>"}`
+//! (SPEC §4); internals are logged, never sent.
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+
+/// Marks a response whose handler transaction failed at the database: the idempotency layer must
+/// roll back and not store it (SPEC §5.5), since provably nothing was written.
+#[derive(Debug, Clone, Copy)]
+pub struct TransactionFailed;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    IdempotencyKeyInvalid(String),
+    #[error("this endpoint requires an Idempotency-Key header")]
+    IdempotencyKeyMissing,
+    #[error("a valid API key is required: send Authorization: Bearer <token>")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error(
+        "a request with Idempotency-Key \"{key}\" is still being processed; retry after {retry_after_seconds} s"
+    )]
+    IdempotencyKeyInFlight {
+        key: String,
+        retry_after_seconds: u64,
+    },
+    #[error(
+        "this attempt for Idempotency-Key \"{key}\" ran past its lease and another attempt took over; its work was rolled back. Retry with the same key to get the result"
+    )]
+    IdempotencyKeyLeaseLost { key: String },
+    #[error("{0}")]
+    InvalidStateTransition(String),
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error(
+        "Idempotency-Key \"{key}\" was already used for a different request (fingerprint {stored}, got {got})"
+    )]
+    IdempotencyKeyReused {
+        key: String,
+        stored: String,
+        got: String,
+    },
+    /// A bug or an unexpected state; the cause is logged, never sent.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+    /// The database could not be reached or failed the request; nothing was committed.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("the request did not finish within {seconds} s; retry with the same Idempotency-Key")]
+    Timeout { seconds: u64 },
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    detail: String,
+}
+
+/// How long clients should wait before retrying when the database is unreachable.
+const UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 1;
+
+impl ApiError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::IdempotencyKeyInvalid(_) => "idempotency_key_invalid",
+            Self::IdempotencyKeyMissing => "idempotency_key_missing",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound(_) => "not_found",
+            Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
+            Self::IdempotencyKeyLeaseLost { .. } => "idempotency_key_lease_lost",
+            Self::InvalidStateTransition(_) => "invalid_state_transition",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Self::Internal(_) => "internal_error",
+            Self::Database(e) if !is_unavailable(e) => "internal_error",
+            Self::Database(_) | Self::Timeout { .. } => "unavailable",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_)
+            | Self::IdempotencyKeyInvalid(_)
+            | Self::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::IdempotencyKeyInFlight { .. }
+            | Self::IdempotencyKeyLeaseLost { .. }
+            | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Database(e) if !is_unavailable(e) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Database(_) | Self::Timeout { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Self::Internal(_) => "an internal error occurred; it has been logged".to_owned(),
+            Self::Database(e) if !is_unavailable(e) => {
+                "an internal error occurred; nothing was committed, the request may be retried".to_owned()
+            }
+            Self::Database(_) => {
+                "the database is unavailable; nothing was committed, retry with the same Idempotency-Key".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Errors of reaching the database, as opposed to errors of the statement itself.
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_) => true,
+        // Class 08 (connection exception), 57P0x (admin/crash shutdown, cannot connect now),
+        // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock): all say
+        // "try again", none says the request was wrong.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || code.starts_with("57P")
+                || code.starts_with("53")
+                || code == "40001"
+                || code == "40P01"
+        }),
+        _ => false,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        match &self {
+            Self::Internal(e) => tracing::error!(error = ?e, "internal error"),
+            Self::Database(e) => tracing::error!(error = %e, "database error"),
+            _ => {}
+        }
+        let body = ErrorBody {
+            error: self.code(),
+            detail: self.detail(),
+        };
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            Self::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::IdempotencyKeyInFlight {
+                retry_after_seconds,
+                ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
+            }
+            Self::Database(_) | Self::Timeout { .. }
+                if status == StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECONDS),
+                );
+            }
+            _ => {}
+        }
+        if matches!(self, Self::Database(_)) {
+            response.extensions_mut().insert(TransactionFailed);
+        }
+        response
+    }
+}

@@ -1,0 +1,51 @@
+//! The HTTP surface: one router assembled from each capability's routes, and the layers every
+//! request passes through, outermost first: request id, access log, authentication, idempotency.
+
+pub mod errors;
+pub mod extractors;
+
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::{HeaderName, StatusCode},
+    middleware::from_fn_with_state,
+    routing::get,
+};
+use sqlx::PgPool;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+
+use crate::{
+    auth,
+    config::Settings,
+    idempotency::{IdempotencyState, idempotency_layer},
+    intents, telemetry,
+};
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+pub fn router(pool: PgPool, settings: &Settings) -> Router {
+    let idempotency = IdempotencyState {
+        pool: pool.clone(),
+        settings: settings.idempotency,
+        max_body_bytes: settings.max_body_bytes,
+        request_timeout: settings.request_timeout,
+    };
+    // route_layer: later layers wrap earlier ones, so authentication runs before the idempotency
+    // layer ever reads a key (SPEC §2).
+    let api = intents::router()
+        .route_layer(from_fn_with_state(idempotency, idempotency_layer))
+        .route_layer(from_fn_with_state(pool.clone(), auth::require_merchant));
+
+    Router::new()
+        .merge(api)
+        .route("/healthz", get(|| async { StatusCode::OK }))
+        .with_state(pool)
+        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+                .layer(telemetry::access_log())
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+        )
+}

@@ -1,0 +1,33 @@
+//! The idempotency layer (SPEC §5): one Idempotency-Key, one execution, one answer. Generic over
+//! routes: it knows requests and responses, never what a handler does with them.
+//!
+//! - `key`: the header's grammar (§5.1)
+//! - `fingerprint`: what "the same request" means (§5.2)
+//! - `store`: claim / complete / release on `idempotency_keys` (§5.3–§5.5)
+//! - `layer`: the middleware that ties them to a request's transaction (§5.4–§5.6)
+
+mod fingerprint;
+mod key;
+mod layer;
+mod store;
+
+pub use fingerprint::Fingerprint;
+pub use key::{IdempotencyKey, KeyError};
+pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
+pub use store::{Claim, StoredResponse};
+
+/// Whose keys these are: the authenticated merchant (SPEC §2). Keys are unique only within a
+/// scope, and the scope comes from credentials, never from the body, so nobody can read or block
+/// another merchant's keys by guessing them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope(String);
+
+impl Scope {
+    pub fn new(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}

@@ -1,0 +1,189 @@
+//! The `idempotency_keys` table: claim, complete, release (SPEC §5.3–§5.5). Every time is the
+//! database's `now()`, never a replica's clock, so any number of replicas agree on leases and expiry.
+
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgPool};
+
+use super::{Fingerprint, IdempotencyKey, Scope};
+
+/// What the claim decided for one `(scope, key, fingerprint)`.
+#[derive(Debug)]
+pub enum Claim {
+    /// No live record (or its retention passed): this request now holds the lease. Run the handler.
+    Fresh { attempt: i32 },
+    /// The previous attempt's lease expired before it completed: this request took over.
+    Takeover { attempt: i32 },
+    /// Same request, already completed: answer with the stored response.
+    Replay {
+        attempt: i32,
+        response: StoredResponse,
+    },
+    /// Same request, another attempt holds a live lease.
+    InFlight,
+    /// Another request already owns this key within its retention.
+    Mismatch { stored: Fingerprint },
+}
+
+/// A handler's whole answer, as replayed byte for byte.
+#[derive(Debug, Clone)]
+pub struct StoredResponse {
+    pub status: u16,
+    /// Header name/value pairs in the order the handler set them.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The one atomic decision point. A single `INSERT ... ON CONFLICT DO UPDATE ... WHERE` takes the
+/// key when it is free (fresh) or abandoned (takeover); the row lock ON CONFLICT takes makes
+/// concurrent claims of the same key serialize here, so exactly one of them wins. When the WHERE
+/// refuses, the same statement reads the record to tell replay, in-flight and mismatch apart.
+///
+/// `attempt` grows on every claim, fresh ones included, so a completion from any earlier attempt
+/// (even one from before a retention reset) can never pass the compare-and-set.
+pub async fn claim(
+    pool: &PgPool,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+    lease: Duration,
+    retention: Duration,
+) -> Result<Claim, sqlx::Error> {
+    // Under READ COMMITTED the fallback SELECT reads the statement's snapshot, which can predate a
+    // row that a concurrent claim committed while this INSERT waited on it; then nothing comes back
+    // and a second run, with a fresh snapshot, sees the row.
+    for _ in 0..3 {
+        let row = sqlx::query!(
+            r#"
+            WITH claimed AS (
+                INSERT INTO idempotency_keys AS k
+                    (scope, key, fingerprint, state, attempt, lease_expires_at, created_at, expires_at)
+                VALUES ($1, $2, $3, 'in_flight', 1,
+                        now() + make_interval(secs => $4), now(), now() + make_interval(secs => $5))
+                ON CONFLICT (scope, key) DO UPDATE SET
+                    fingerprint      = excluded.fingerprint,
+                    state            = 'in_flight',
+                    attempt          = k.attempt + 1,
+                    lease_expires_at = excluded.lease_expires_at,
+                    created_at       = CASE WHEN k.expires_at <= now() THEN excluded.created_at ELSE k.created_at END,
+                    expires_at       = CASE WHEN k.expires_at <= now() THEN excluded.expires_at ELSE k.expires_at END,
+                    completed_at     = NULL,
+                    response_status  = NULL,
+                    response_headers = NULL,
+                    response_body    = NULL
+                WHERE k.expires_at <= now()
+                   OR (k.state = 'in_flight' AND k.fingerprint = excluded.fingerprint AND k.lease_expires_at <= now())
+                -- created_at is reset to this statement's now() exactly when the record starts anew.
+                RETURNING CASE WHEN k.created_at = now() THEN 'fresh' ELSE 'takeover' END AS outcome,
+                          k.attempt, k.fingerprint
+            )
+            SELECT outcome AS "outcome!", attempt AS "attempt!", fingerprint AS "fingerprint!",
+                   NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
+              FROM claimed
+            UNION ALL
+            SELECT CASE WHEN k.expires_at <= now() THEN 'in_flight' -- a stale snapshot: another claim just reset it
+                        WHEN k.fingerprint <> $3 THEN 'mismatch'
+                        WHEN k.state = 'completed' THEN 'replay'
+                        ELSE 'in_flight' END,
+                   k.attempt, k.fingerprint, k.response_status, k.response_headers, k.response_body
+              FROM idempotency_keys k
+             WHERE k.scope = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)
+            "#,
+            scope.as_str(),
+            key.as_str(),
+            fingerprint.as_bytes().as_slice(),
+            lease.as_secs_f64(),
+            retention.as_secs_f64(),
+        )
+        .fetch_optional(pool)
+        .await?;
+
+        let Some(row) = row else { continue };
+        return Ok(match row.outcome.as_str() {
+            "fresh" => Claim::Fresh {
+                attempt: row.attempt,
+            },
+            "takeover" => Claim::Takeover {
+                attempt: row.attempt,
+            },
+            "mismatch" => Claim::Mismatch {
+                stored: Fingerprint::from_bytes(&row.fingerprint)
+                    .ok_or_else(|| corrupt("fingerprint"))?,
+            },
+            "replay" => Claim::Replay {
+                attempt: row.attempt,
+                response: StoredResponse {
+                    status: row
+                        .response_status
+                        .and_then(|s| u16::try_from(s).ok())
+                        .ok_or_else(|| corrupt("response_status"))?,
+                    headers: row
+                        .response_headers
+                        .and_then(|h| serde_json::from_value(h).ok())
+                        .ok_or_else(|| corrupt("response_headers"))?,
+                    body: row.response_body.ok_or_else(|| corrupt("response_body"))?,
+                },
+            },
+            _ => Claim::InFlight,
+        });
+    }
+    Ok(Claim::InFlight)
+}
+
+/// Stores the response inside the handler's own transaction, with a compare-and-set on `attempt`.
+/// Returns false when another attempt took the key over: the caller must roll back.
+pub async fn complete(
+    tx: &mut PgConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    attempt: i32,
+    response: &StoredResponse,
+) -> Result<bool, sqlx::Error> {
+    let headers =
+        serde_json::to_value(&response.headers).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let result = sqlx::query!(
+        r#"
+        UPDATE idempotency_keys
+           SET state = 'completed', completed_at = now(),
+               response_status = $4, response_headers = $5, response_body = $6
+         WHERE scope = $1 AND key = $2 AND attempt = $3 AND state = 'in_flight'
+        "#,
+        scope.as_str(),
+        key.as_str(),
+        attempt,
+        response.status as i16,
+        headers,
+        response.body.as_slice(),
+    )
+    .execute(tx)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the
+/// lease: used when the handler's transaction failed and provably wrote nothing (SPEC §5.5).
+pub async fn release_lease(
+    pool: &PgPool,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    attempt: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        UPDATE idempotency_keys SET lease_expires_at = now()
+         WHERE scope = $1 AND key = $2 AND attempt = $3 AND state = 'in_flight'
+        "#,
+        scope.as_str(),
+        key.as_str(),
+        attempt,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+fn corrupt(column: &str) -> sqlx::Error {
+    sqlx::Error::Protocol(format!(
+        "idempotency_keys.{column} of a completed record is unreadable"
+    ))
+}

@@ -1,0 +1,349 @@
+//! Domain types of a payment intent. Each one parses its raw input once and can then only hold a
+//! valid value ("parse, don't validate"): handlers never see an unchecked string.
+
+use std::fmt;
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha3::{Digest, Keccak256};
+
+/// `evm:<chain id>`: a positive decimal chain id without leading zeros (SPEC §3). Ids are bounded
+/// to u64, the range every EVM client and EIP-155 signer actually uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Chain(String);
+
+impl Chain {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let id = raw
+            .strip_prefix("evm:")
+            .ok_or_else(|| format!("must look like \"evm:<chain id>\", got {}", quoted(raw)))?;
+        let is_canonical =
+            !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && !id.starts_with('0');
+        match id.parse::<u64>() {
+            Ok(_) if is_canonical => Ok(Self(raw.to_owned())),
+            _ => Err(format!(
+                "chain id must be a positive decimal integer without leading zeros that fits in 64 bits, got {}",
+                quoted(raw)
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Chain {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<Chain> for String {
+    fn from(chain: Chain) -> String {
+        chain.0
+    }
+}
+
+/// A 20-byte EVM address. All-lowercase or all-uppercase hex is accepted as is; mixed case must be
+/// a valid EIP-55 checksum, because a mixed-case typo is exactly what the checksum exists to catch.
+/// Displayed (and stored) in EIP-55 form.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Address([u8; 20]);
+
+impl Address {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let hex_digits = raw
+            .strip_prefix("0x")
+            .filter(|digits| digits.len() == 40 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| format!("must be 0x followed by 40 hex digits, got {}", quoted(raw)))?;
+        let mut bytes = [0u8; 20];
+        hex::decode_to_slice(hex_digits, &mut bytes).map_err(|e| e.to_string())?;
+        let address = Self(bytes);
+        let has_lower = hex_digits.bytes().any(|b| b.is_ascii_lowercase());
+        let has_upper = hex_digits.bytes().any(|b| b.is_ascii_uppercase());
+        if has_lower && has_upper && address.to_checksum()[2..] != *hex_digits {
+            return Err(format!(
+                "mixed-case address {raw} fails its EIP-55 checksum"
+            ));
+        }
+        Ok(address)
+    }
+
+    /// EIP-55: uppercase each hex letter whose nibble in keccak256(lowercase hex) is 8 or more.
+    pub fn to_checksum(&self) -> String {
+        let lower = hex::encode(self.0);
+        let hash = Keccak256::digest(lower.as_bytes());
+        let mut out = String::with_capacity(42);
+        out.push_str("0x");
+        for (i, c) in lower.chars().enumerate() {
+            let nibble = (hash[i / 2] >> (if i % 2 == 0 { 4 } else { 0 })) & 0x0f;
+            out.push(if nibble >= 8 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            });
+        }
+        out
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_checksum())
+    }
+}
+
+impl fmt::Debug for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Address({self})")
+    }
+}
+
+impl TryFrom<String> for Address {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<Address> for String {
+    fn from(address: Address) -> String {
+        address.to_checksum()
+    }
+}
+
+/// A token amount in base units: decimal digits in a JSON string, no sign, no leading zeros,
+/// 1 ≤ amount < 2^256 (SPEC §3). Kept as its canonical decimal text, which is also how it crosses
+/// into PostgreSQL's `numeric(78,0)`: no float or fixed-width integer ever touches it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Amount(String);
+
+/// 2^256 in decimal: the first amount that does not fit a uint256.
+const TWO_POW_256: &str =
+    "115792089237316195423570985008687907853269984665640564039457584007913129639936";
+
+impl Amount {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "must be a string of decimal digits, got {}",
+                quoted(raw)
+            ));
+        }
+        if raw.starts_with('0') {
+            return Err(if raw.bytes().all(|b| b == b'0') {
+                "must be at least 1".to_owned()
+            } else {
+                format!("must not have leading zeros, got {}", quoted(raw))
+            });
+        }
+        // Same-length decimal strings without leading zeros compare like the numbers they spell.
+        if raw.len() > TWO_POW_256.len() || (raw.len() == TWO_POW_256.len() && raw >= TWO_POW_256) {
+            return Err("must be less than 2^256".to_owned());
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Amount {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, String> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<Amount> for String {
+    fn from(amount: Amount) -> String {
+        amount.0
+    }
+}
+
+/// How long a new intent stays payable: 60..=86400 seconds, 900 when absent (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "i64")]
+pub struct ExpiresIn(u32);
+
+impl ExpiresIn {
+    pub const MIN: i64 = 60;
+    pub const MAX: i64 = 86_400;
+
+    pub fn parse(seconds: i64) -> Result<Self, String> {
+        if (Self::MIN..=Self::MAX).contains(&seconds) {
+            Ok(Self(seconds as u32))
+        } else {
+            Err(format!(
+                "must be between {} and {} seconds, got {seconds}",
+                Self::MIN,
+                Self::MAX
+            ))
+        }
+    }
+
+    pub fn seconds(self) -> u32 {
+        self.0
+    }
+}
+
+impl Default for ExpiresIn {
+    fn default() -> Self {
+        Self(900)
+    }
+}
+
+impl TryFrom<i64> for ExpiresIn {
+    type Error = String;
+    fn try_from(seconds: i64) -> Result<Self, String> {
+        Self::parse(seconds)
+    }
+}
+
+/// `pi_` + 24 lowercase hex digits: 96 random bits, so ids cannot be guessed or enumerated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IntentId(String);
+
+impl IntentId {
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 12];
+        rand::rng().fill_bytes(&mut bytes);
+        Self(format!("pi_{}", hex::encode(bytes)))
+    }
+
+    /// Any string that could not be an id is simply not found: a path is not validated input.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let digits = raw.strip_prefix("pi_")?;
+        (digits.len() == 24
+            && digits
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Echo user input in an error message, bounded so a megabyte of garbage is not echoed back.
+fn quoted(raw: &str) -> String {
+    const LIMIT: usize = 80;
+    match raw.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{:?}…", &raw[..cut]),
+        None => format!("{raw:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_accepts_canonical_ids_only() {
+        assert_eq!(Chain::parse("evm:31337").unwrap().as_str(), "evm:31337");
+        assert!(Chain::parse("evm:1").is_ok());
+        assert!(Chain::parse("evm:18446744073709551615").is_ok());
+        for bad in [
+            "evm:0",
+            "evm:01",
+            "evm:",
+            "evm:-1",
+            "evm:+1",
+            "evm:1.0",
+            "EVM:1",
+            "sol:1",
+            "1",
+            "evm:18446744073709551616",
+            "evm: 1",
+        ] {
+            assert!(Chain::parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn address_checks_eip55_for_mixed_case_and_displays_checksummed() {
+        // The EIP-55 test vectors.
+        for canonical in [
+            "0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359",
+            "0xdbF03B407c01E7cD3CBea99509d93f8DDDC8C6FB",
+            "0xD1220A0cf47c7B9Be7A2E6BA89F429762e7b9aDb",
+            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+        ] {
+            let address = Address::parse(canonical).unwrap();
+            assert_eq!(address.to_string(), canonical);
+            assert_eq!(Address::parse(&canonical.to_lowercase()).unwrap(), address);
+            assert_eq!(
+                Address::parse(&format!("0x{}", canonical[2..].to_uppercase())).unwrap(),
+                address
+            );
+        }
+        // One letter's case flipped breaks the checksum.
+        assert!(Address::parse("0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD").is_err());
+        for bad in [
+            "",
+            "0x",
+            "5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAed",
+            "0X5aaeb6053f3e94c9b9a09f33669435e7ef1beaed",
+            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beae",
+            "0x5aaeb6053f3e94c9b9a09f33669435e7ef1beaedd",
+            "0xgaaeb6053f3e94c9b9a09f33669435e7ef1beaed",
+        ] {
+            assert!(Address::parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn amount_is_bounded_to_uint256_without_leading_zeros() {
+        assert_eq!(Amount::parse("100000000").unwrap().as_str(), "100000000");
+        assert!(Amount::parse("1").is_ok());
+        let max = "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+        assert_eq!(Amount::parse(max).unwrap().as_str(), max);
+        assert_eq!(
+            Amount::parse(TWO_POW_256).unwrap_err(),
+            "must be less than 2^256"
+        );
+        assert!(Amount::parse(&"9".repeat(79)).is_err());
+        assert_eq!(Amount::parse("0").unwrap_err(), "must be at least 1");
+        for bad in [
+            "", "00", "01", "-1", "+1", "1.5", "1e6", " 1", "1 ", "0x10", "١",
+        ] {
+            assert!(Amount::parse(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn expires_in_is_bounded() {
+        assert_eq!(ExpiresIn::default().seconds(), 900);
+        assert_eq!(ExpiresIn::parse(60).unwrap().seconds(), 60);
+        assert_eq!(ExpiresIn::parse(86_400).unwrap().seconds(), 86_400);
+        assert!(ExpiresIn::parse(59).is_err());
+        assert!(ExpiresIn::parse(86_401).is_err());
+        assert!(ExpiresIn::parse(-1).is_err());
+    }
+
+    #[test]
+    fn intent_ids_carry_96_random_bits() {
+        let a = IntentId::generate();
+        let b = IntentId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 3 + 24);
+        assert_eq!(IntentId::parse(a.as_str()), Some(a));
+        assert_eq!(IntentId::parse("pi_BFE74542F6B8B55F8F849A22"), None);
+        assert_eq!(IntentId::parse("pi_bfe74542"), None);
+        assert_eq!(IntentId::parse("'; DROP TABLE payment_intents; --"), None);
+    }
+
+    #[test]
+    fn echoed_input_is_bounded() {
+        let long = "x".repeat(10_000);
+        assert!(quoted(&long).len() < 100);
+    }
+}

@@ -1,0 +1,42 @@
+use clap::Parser;
+use payments_api::{
+    auth,
+    config::{ApiKeysCommand, Cli, Command, LogFormat},
+    db,
+    startup::Application,
+    telemetry,
+};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        None => serve(cli.serve).await,
+        Some(Command::Serve(args)) => serve(args).await,
+        Some(Command::Migrate(database)) => {
+            telemetry::init(LogFormat::Pretty);
+            db::migrate(database.url()?).await?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Some(Command::ApiKeys(ApiKeysCommand::Create { merchant, database })) => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let pool = db::pool(database.url()?, 1)?;
+            let token = auth::create(&pool, &merchant).await?;
+            println!("{token}");
+            Ok(())
+        }
+    }
+}
+
+async fn serve(args: payments_api::config::ServeArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format);
+    let settings = args.settings()?;
+    if args.migrate {
+        db::migrate(&settings.database_url).await?;
+    }
+    Application::build(&settings)
+        .await?
+        .run_until_stopped()
+        .await
+}

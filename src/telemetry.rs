@@ -1,0 +1,103 @@
+//! Logging: the subscriber, and the access log that writes one line per request with its
+//! idempotency outcome and attempt as fields (e.g. `201`, `201 replayed`, `422`).
+
+use std::time::Duration;
+
+use axum::{
+    extract::{MatchedPath, Request},
+    response::Response,
+};
+use tower_http::{
+    classify::{ServerErrorsAsFailures, SharedClassifier},
+    trace::{MakeSpan, OnResponse, TraceLayer},
+};
+use tracing::{Span, field::Empty};
+use tracing_subscriber::{EnvFilter, fmt, layer::SubscriberExt, util::SubscriberInitExt};
+
+use crate::{
+    config::LogFormat,
+    idempotency::{IdempotencyOutcome, OutcomeKind},
+};
+
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    let registry = tracing_subscriber::registry().with(filter);
+    // try_init: tests start many apps in one process and only the first installs a subscriber.
+    let _ = match format {
+        LogFormat::Json => registry
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true),
+            )
+            .try_init(),
+        LogFormat::Pretty => registry.with(fmt::layer().compact()).try_init(),
+    };
+}
+
+pub type AccessLogLayer = TraceLayer<
+    SharedClassifier<ServerErrorsAsFailures>,
+    RequestSpan,
+    (),
+    AccessLogLine,
+    (),
+    (),
+    (),
+>;
+
+/// One span per request carrying its id, so every line logged inside it names the request.
+pub fn access_log() -> AccessLogLayer {
+    TraceLayer::new_for_http()
+        .make_span_with(RequestSpan)
+        .on_request(())
+        .on_response(AccessLogLine)
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(())
+}
+
+#[derive(Clone, Copy)]
+pub struct RequestSpan;
+
+impl<B> MakeSpan<B> for RequestSpan {
+    fn make_span(&mut self, request: &Request<B>) -> Span {
+        let request_id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        // The matched route, never the raw path: ids in paths would make every line unique.
+        let route = request.extensions().get::<MatchedPath>().map_or_else(
+            || request.uri().path().to_owned(),
+            |p| p.as_str().to_owned(),
+        );
+        tracing::info_span!("request", method = %request.method(), route, request_id, merchant = Empty)
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct AccessLogLine;
+
+impl<B> OnResponse<B> for AccessLogLine {
+    fn on_response(self, response: &Response<B>, latency: Duration, _span: &Span) {
+        let status = response.status().as_u16();
+        let outcome = response.extensions().get::<IdempotencyOutcome>();
+        let kind = outcome.map(|o| o.kind);
+        let idempotency = kind.map(OutcomeKind::as_str).unwrap_or("none");
+        let attempt = outcome.and_then(|o| o.attempt);
+        let latency_ms = latency.as_secs_f64() * 1000.0;
+        if kind == Some(OutcomeKind::Replay) {
+            tracing::info!(
+                status,
+                idempotency,
+                attempt,
+                latency_ms,
+                "{status} replayed"
+            );
+        } else {
+            tracing::info!(status, idempotency, attempt, latency_ms, "{status}");
+        }
+    }
+}
