@@ -23,6 +23,8 @@ pub enum ApiError {
     IdempotencyKeyMissing,
     #[error("a valid API key is required: send Authorization: Bearer <token>")]
     Unauthorized,
+    #[error("this endpoint does not accept that method")]
+    MethodNotAllowed,
     #[error("{0}")]
     NotFound(String),
     #[error(
@@ -75,6 +77,7 @@ impl ApiError {
             Self::IdempotencyKeyMissing => "idempotency_key_missing",
             Self::Unauthorized => "unauthorized",
             Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
             Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::IdempotencyKeyLeaseLost { .. } => "idempotency_key_lease_lost",
             Self::InvalidStateTransition(_) => "invalid_state_transition",
@@ -93,6 +96,7 @@ impl ApiError {
             | Self::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::IdempotencyKeyInFlight { .. }
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,

@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
+use self::errors::ApiError;
 use crate::{
     auth,
     config::Settings,
@@ -40,6 +41,8 @@ pub fn router(pool: PgPool, settings: &Settings) -> Router {
     Router::new()
         .merge(api)
         .route("/healthz", get(|| async { StatusCode::OK }))
+        .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(pool)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(

@@ -1,0 +1,28 @@
+# payments-api: the commands a developer and CI use. `make help` lists them.
+
+DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/payments
+BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
+export DATABASE_URL BOOTSTRAP_API_KEYS
+
+.PHONY: help api-run test lint migrate prepare
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+api-run: ## serve on :8080 against the local PostgreSQL (creates and migrates the database)
+	cargo run --bin payments-api -- serve --migrate
+
+test: ## all tests; PostgreSQL from testcontainers, or TEST_DATABASE_URL if set
+	cargo test --all-targets
+
+lint: ## rustfmt, clippy and the committed sqlx metadata
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	cargo sqlx prepare --check -- --all-targets
+
+migrate: ## apply migrations with sqlx-cli (cargo install sqlx-cli --version '~0.8')
+	sqlx database create
+	sqlx migrate run
+
+prepare: ## refresh the offline query metadata in .sqlx/ after changing a query
+	cargo sqlx prepare -- --all-targets

@@ -1,0 +1,135 @@
+//! SPEC §2: credentials first, and keys scoped by merchant.
+
+use crate::helpers::{
+    Answer, DEMO_MERCHANT, DEMO_TOKEN, OTHER_MERCHANT, OTHER_TOKEN, SEED_BODY, TestApp,
+};
+
+#[tokio::test]
+async fn two_merchants_with_one_key_get_two_intents_and_cannot_see_each_other() {
+    let app = TestApp::spawn().await;
+
+    let demo = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+            .await,
+    )
+    .await;
+    let other = Answer::of(
+        app.create_intent(OTHER_TOKEN, Some("order-1001"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!((demo.status, other.status), (201, 201));
+    assert_eq!(
+        other.header("idempotent-replayed"),
+        None,
+        "no replay across merchants"
+    );
+    let demo_id = demo.json()["id"].as_str().unwrap().to_owned();
+    let other_id = other.json()["id"].as_str().unwrap().to_owned();
+    assert_ne!(demo_id, other_id);
+    assert_eq!(app.intent_count().await, 2);
+
+    assert_eq!(app.get_intent(DEMO_TOKEN, &demo_id).await.status(), 200);
+    let foreign = Answer::of(app.get_intent(OTHER_TOKEN, &demo_id).await).await;
+    assert_eq!(foreign.status, 404);
+    assert_eq!(foreign.json()["error"], "not_found");
+    assert_eq!(app.get_intent(DEMO_TOKEN, &other_id).await.status(), 404);
+
+    // Neither merchant's different-body reuse can block the other's key.
+    let scopes: Vec<String> =
+        sqlx::query_scalar("SELECT scope FROM idempotency_keys ORDER BY scope")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(scopes, vec![DEMO_MERCHANT, OTHER_MERCHANT]);
+}
+
+#[tokio::test]
+async fn missing_or_unknown_credentials_get_401_and_store_nothing() {
+    let app = TestApp::spawn().await;
+    let url = format!("{}/v1/payment_intents", app.address);
+
+    let attempts = [
+        None,
+        Some("Bearer not-a-known-token".to_owned()),
+        Some("Basic bWVyY2hhbnQtZGVtbzo=".to_owned()),
+        Some("Bearer".to_owned()),
+        Some("merchant-demo".to_owned()),
+    ];
+    for authorization in attempts {
+        let mut request = app
+            .client
+            .post(&url)
+            .header("idempotency-key", "order-1001")
+            .body(SEED_BODY);
+        if let Some(value) = &authorization {
+            request = request.header("authorization", value);
+        }
+        let answer = Answer::of(request.send().await.unwrap()).await;
+        assert_eq!(answer.status, 401, "{authorization:?}");
+        assert_eq!(answer.json()["error"], "unauthorized");
+        assert_eq!(answer.header("www-authenticate"), Some("Bearer"));
+    }
+    // Checked before the key is even read: a malformed key still gets 401, not 400.
+    let answer = app
+        .client
+        .post(&url)
+        .header("idempotency-key", "bad key")
+        .body(SEED_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_keys")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(records, 0);
+    assert_eq!(app.intent_count().await, 0);
+
+    // The same key then runs fresh for a real merchant.
+    let answer = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(answer.status, 201);
+    assert_eq!(answer.header("idempotent-replayed"), None);
+
+    let get = app
+        .client
+        .get(format!("{url}/{}", answer.json()["id"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 401, "reads need credentials too");
+}
+
+#[tokio::test]
+async fn the_auth_scheme_is_case_insensitive() {
+    let app = TestApp::spawn().await;
+    let answer = app
+        .client
+        .post(format!("{}/v1/payment_intents", app.address))
+        .header("authorization", format!("bearer {DEMO_TOKEN}"))
+        .body(SEED_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+}
+
+#[tokio::test]
+async fn tokens_are_stored_only_as_hashes() {
+    let app = TestApp::spawn().await;
+    let stored: Vec<Vec<u8>> = sqlx::query_scalar("SELECT token_sha256 FROM api_keys")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+    for hash in stored {
+        assert_eq!(hash.len(), 32);
+        assert_ne!(hash, DEMO_TOKEN.as_bytes());
+    }
+}

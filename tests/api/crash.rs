@@ -1,0 +1,141 @@
+//! SPEC §5.4: a process killed inside its transaction leaves neither the intent nor a completion;
+//! after the lease, the retry executes exactly once.
+
+use std::{
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use sqlx::Connection;
+
+use crate::{
+    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp},
+    leases::waiting_inserts,
+};
+
+/// The real binary in its own process, so it can be SIGKILLed.
+struct ServerProcess {
+    child: Child,
+    address: String,
+}
+
+impl ServerProcess {
+    async fn start(database_url: &str) -> Self {
+        // Ask the OS for a free port, then hand it to the child.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("BOOTSTRAP_API_KEYS", "merchant-demo=merchant_demo")
+            .env("IDEMPOTENCY_LEASE_SECONDS", "3")
+            .env("REQUEST_TIMEOUT_SECONDS", "2")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start payments-api");
+        let address = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while client
+            .get(format!("{address}/healthz"))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "payments-api did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { child, address }
+    }
+}
+
+#[tokio::test]
+async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_runs_once() {
+    let app = TestApp::spawn().await;
+    let mut server = ServerProcess::start(&app.database_url).await;
+
+    let mut blocker = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let mut blocking = blocker.begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
+        .execute(&mut *blocking)
+        .await
+        .unwrap();
+
+    let doomed = tokio::spawn({
+        let (client, address) = (app.client.clone(), server.address.clone());
+        async move {
+            client
+                .post(format!("{address}/v1/payment_intents"))
+                .bearer_auth(DEMO_TOKEN)
+                .header("idempotency-key", "crash-1")
+                .body(SEED_BODY)
+                .send()
+                .await
+        }
+    });
+    app.wait_until("the request is inside its transaction", &waiting_inserts(1))
+        .await;
+    server.child.kill().expect("SIGKILL the server");
+    server.child.wait().unwrap();
+    assert!(
+        doomed.await.unwrap().is_err(),
+        "the client saw the connection die"
+    );
+    blocking.rollback().await.unwrap();
+
+    // The dead server's backend finishes its INSERT once unblocked, then finds its client gone and
+    // rolls back: wait until no session of it remains before looking.
+    app.wait_until(
+        "the killed server's sessions are gone",
+        "SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database() \
+         AND query LIKE '%INSERT INTO payment_intents%' AND query NOT LIKE '%pg_stat_activity%'",
+    )
+    .await;
+    assert_eq!(
+        app.intent_count().await,
+        0,
+        "the intent died with its transaction"
+    );
+    let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();
+    assert_eq!(
+        (
+            record.state.as_str(),
+            record.attempt,
+            record.response_status
+        ),
+        ("in_flight", 1, None)
+    );
+
+    let early = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(early.status, 409, "the lease still protects the key");
+
+    app.wait_until(
+        "the lease has expired",
+        "SELECT lease_expires_at <= now() FROM idempotency_keys WHERE key = 'crash-1'",
+    )
+    .await;
+    let retry = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(retry.status, 201, "{}", retry.body);
+    assert_eq!(app.intent_count().await, 1);
+    let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();
+    assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
+}

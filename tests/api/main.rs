@@ -1,0 +1,9 @@
+//! Integration tests: real PostgreSQL, real HTTP, real concurrency. One binary, one module per
+//! capability.
+
+mod auth_and_scope;
+mod crash;
+mod helpers;
+mod idempotency;
+mod intents;
+mod leases;
