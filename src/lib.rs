@@ -6,6 +6,7 @@
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
 //! - [`http`]: the router, the error type, shared extractors
 //! - [`auth`]: bearer tokens and merchant scope
+//! - [`sweeper`]: expiry of intents and retention of keys, in the background
 //! - [`config`], [`telemetry`], [`db`], [`startup`]: running it
 
 pub mod auth;
@@ -15,4 +16,5 @@ pub mod http;
 pub mod idempotency;
 pub mod intents;
 pub mod startup;
+pub mod sweeper;
 pub mod telemetry;

@@ -6,12 +6,13 @@ use anyhow::Context;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
-use crate::{auth, config::Settings, db, http};
+use crate::{auth, config::Settings, db, http, sweeper};
 
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     pool: PgPool,
+    sweep_interval: std::time::Duration,
 }
 
 impl Application {
@@ -31,6 +32,7 @@ impl Application {
             listener,
             router,
             pool,
+            sweep_interval: settings.sweep_interval,
         })
     }
 
@@ -47,10 +49,13 @@ impl Application {
     /// Serves until SIGINT or SIGTERM, then stops accepting and lets in-flight requests finish.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
-        axum::serve(self.listener, self.router)
+        let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
+        let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("server failed")?;
+            .await;
+        // A sweep cut short rolls back; the next replica or start finishes it.
+        sweeper.abort();
+        served.context("server failed")?;
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -84,3 +84,17 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })?;
     Ok(value)
 }
+
+/// Query-string parameters, with rejections in the API's error format.
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|query| QueryParams(query.0))
+            .map_err(|rejection| ApiError::InvalidRequest(rejection.body_text()))
+    }
+}

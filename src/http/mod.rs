@@ -19,7 +19,7 @@ use self::errors::ApiError;
 use crate::{
     auth,
     config::Settings,
-    idempotency::{IdempotencyState, idempotency_layer},
+    idempotency::{self, IdempotencyState, idempotency_layer},
     intents, telemetry,
 };
 
@@ -35,6 +35,7 @@ pub fn router(pool: PgPool, settings: &Settings) -> Router {
     // route_layer: later layers wrap earlier ones, so authentication runs before the idempotency
     // layer ever reads a key (SPEC §2).
     let api = intents::router()
+        .merge(idempotency::router())
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(pool.clone(), auth::require_merchant));
 

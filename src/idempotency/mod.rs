@@ -5,16 +5,19 @@
 //! - `fingerprint`: what "the same request" means (§5.2)
 //! - `store`: claim / complete / release on `idempotency_keys` (§5.3–§5.5)
 //! - `layer`: the middleware that ties them to a request's transaction (§5.4–§5.6)
+//! - `routes`: `GET /v1/idempotency_keys/{key}`, reconciliation for clients whose retries ran out
 
 mod fingerprint;
 mod key;
 mod layer;
+mod routes;
 mod store;
 
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
-pub use store::{Claim, StoredResponse};
+pub use routes::router;
+pub use store::{Claim, StoredResponse, delete_expired};
 
 /// Whose keys these are: the authenticated merchant (SPEC §2). Keys are unique only within a
 /// scope, and the scope comes from credentials, never from the body, so nobody can read or block

@@ -187,3 +187,74 @@ fn corrupt(column: &str) -> sqlx::Error {
         "idempotency_keys.{column} of a completed record is unreadable"
     ))
 }
+
+/// Deletes up to `batch` records whose retention has passed (SPEC §5.7). An in-flight record whose
+/// lease is still live is never deleted, and `SKIP LOCKED` leaves alone any record a claim is reusing right
+/// now. Returns how many were deleted.
+pub async fn delete_expired(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Error> {
+    let result = sqlx::query!(
+        r#"
+        WITH doomed AS (
+            SELECT scope, key FROM idempotency_keys
+             WHERE expires_at <= now() AND (state = 'completed' OR lease_expires_at <= now())
+             ORDER BY expires_at
+             LIMIT $1
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM idempotency_keys k USING doomed
+         WHERE k.scope = doomed.scope AND k.key = doomed.key
+        "#,
+        batch,
+    )
+    .execute(pool)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+/// A record as the reconciliation endpoint shows it to its owner.
+#[derive(Debug)]
+pub struct RecordSummary {
+    pub state: String,
+    pub attempt: i32,
+    pub created_at: time::OffsetDateTime,
+    pub expires_at: time::OffsetDateTime,
+    pub fingerprint: Fingerprint,
+    pub response_status: Option<u16>,
+    /// The top-level `"id"` of the stored response body, if it is a JSON object that has one: the
+    /// only link between a key and the resource it produced (SPEC §5.8).
+    pub resource_id: Option<String>,
+}
+
+/// The caller's record for `key`, unless its retention has passed (then the key is free again).
+pub async fn find(
+    pool: &PgPool,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Option<RecordSummary>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        SELECT state, attempt, created_at, expires_at, fingerprint, response_status, response_body
+          FROM idempotency_keys
+         WHERE scope = $1 AND key = $2 AND expires_at > now()
+        "#,
+        scope.as_str(),
+        key.as_str(),
+    )
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let resource_id = row
+        .response_body
+        .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
+        .and_then(|body| body.get("id")?.as_str().map(str::to_owned));
+    Ok(Some(RecordSummary {
+        state: row.state,
+        attempt: row.attempt,
+        created_at: row.created_at,
+        expires_at: row.expires_at,
+        fingerprint: Fingerprint::from_bytes(&row.fingerprint)
+            .ok_or_else(|| corrupt("fingerprint"))?,
+        response_status: row.response_status.and_then(|s| u16::try_from(s).ok()),
+        resource_id,
+    }))
+}

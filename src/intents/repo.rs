@@ -4,7 +4,10 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
 use time::OffsetDateTime;
 
-use super::domain::{Address, Amount, Chain, ExpiresIn, IntentId};
+use super::{
+    domain::{Address, Amount, Chain, ExpiresIn, IntentId},
+    state::{self, Action, Actor, IntentState},
+};
 use crate::auth::MerchantId;
 
 /// A payment intent as the API shows it; field order is the response's key order (SPEC §3).
@@ -82,5 +85,182 @@ pub async fn find(
         id.as_str(),
     )
     .fetch_optional(pool)
+    .await
+}
+
+/// Why a state change did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum TransitionError {
+    #[error("no such payment intent")]
+    NotFound,
+    #[error("a {from} payment intent cannot {action}")]
+    Forbidden {
+        from: IntentState,
+        action: &'static str,
+    },
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Applies `action` to one intent as `actor`, if the state machine allows it from the intent's
+/// current state. The update is a compare-and-set on `version`: if another writer moved the intent
+/// first, it re-reads and asks the machine again, so exactly one of two racing transitions wins
+/// and the loser changes nothing.
+pub async fn apply(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &IntentId,
+    action: Action,
+    actor: &Actor,
+) -> Result<PaymentIntent, TransitionError> {
+    // Each lost race means the version grew; a few rounds settle any realistic contention.
+    const ROUNDS: usize = 8;
+    for _ in 0..ROUNDS {
+        let current = sqlx::query!(
+            "SELECT state, version FROM payment_intents WHERE merchant_id = $1 AND id = $2",
+            merchant.as_str(),
+            id.as_str(),
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(TransitionError::NotFound)?;
+        let from = IntentState::parse(&current.state).ok_or_else(|| {
+            sqlx::Error::Decode(format!("unknown intent state {:?}", current.state).into())
+        })?;
+        let step = state::transition(from, action).ok_or(TransitionError::Forbidden {
+            from,
+            action: action.as_str(),
+        })?;
+        let moved = sqlx::query_as!(
+            PaymentIntent,
+            r#"
+            WITH moved AS (
+                UPDATE payment_intents
+                   SET state = $4, version = version + 1, updated_at = now(),
+                       canceled_at = CASE WHEN $5::text IS NULL THEN canceled_at ELSE now() END,
+                       cancellation_reason = COALESCE($5, cancellation_reason)
+                 WHERE merchant_id = $1 AND id = $2 AND version = $3 AND state = $6
+             RETURNING *
+            ), recorded AS (
+                INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
+                SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
+            )
+            SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+                   expires_at, created_at, updated_at, canceled_at, cancellation_reason
+              FROM moved
+            "#,
+            merchant.as_str(),
+            id.as_str(),
+            current.version,
+            step.to.as_str(),
+            step.cancellation_reason,
+            from.as_str(),
+            action.as_str(),
+            actor.label(),
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(intent) = moved {
+            return Ok(intent);
+        }
+    }
+    Err(TransitionError::Database(sqlx::Error::Protocol(format!(
+        "payment intent {} kept changing under {ROUNDS} transition attempts",
+        id.as_str()
+    ))))
+}
+
+/// Moves up to `batch` intents whose `expires_at` passed through [`Action::Expire`], as the
+/// system. `FOR UPDATE SKIP LOCKED` lets any number of replicas sweep at once without waiting on
+/// each other or on a merchant's cancel; the version compare-and-set keeps a transition that won
+/// meanwhile from being applied twice. Returns how many intents expired.
+pub async fn expire_due(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Error> {
+    let mut expired = 0;
+    for step in state::sources_of(Action::Expire) {
+        let moved = sqlx::query_scalar!(
+            r#"
+            WITH due AS (
+                SELECT merchant_id, id, version FROM payment_intents
+                 WHERE state = $1 AND expires_at <= now()
+                 ORDER BY expires_at
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED
+            ), moved AS (
+                UPDATE payment_intents p
+                   SET state = $3, version = p.version + 1, updated_at = now(),
+                       canceled_at = CASE WHEN $4::text IS NULL THEN p.canceled_at ELSE now() END,
+                       cancellation_reason = COALESCE($4, p.cancellation_reason)
+                  FROM due
+                 WHERE p.merchant_id = due.merchant_id AND p.id = due.id AND p.version = due.version
+             RETURNING p.merchant_id, p.id, p.version
+            ), recorded AS (
+                INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
+                SELECT merchant_id, id, version, $1, $3, $5, $6 FROM moved
+            )
+            SELECT count(*) AS "count!" FROM moved
+            "#,
+            step.from.as_str(),
+            batch,
+            step.to.as_str(),
+            step.cancellation_reason,
+            Action::Expire.as_str(),
+            Actor::System.label(),
+        )
+        .fetch_one(pool)
+        .await?;
+        expired += moved as u64;
+    }
+    Ok(expired)
+}
+
+/// Where a page of the listing starts: strictly after this intent, newest first.
+pub struct Cursor {
+    pub created_at: OffsetDateTime,
+    pub id: String,
+}
+
+pub async fn cursor(
+    pool: &PgPool,
+    merchant: &MerchantId,
+    id: &IntentId,
+) -> Result<Option<Cursor>, sqlx::Error> {
+    sqlx::query_as!(
+        Cursor,
+        "SELECT created_at, id FROM payment_intents WHERE merchant_id = $1 AND id = $2",
+        merchant.as_str(),
+        id.as_str(),
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// Up to `limit` of a merchant's intents, newest first, after `after`, optionally in one state.
+/// `(created_at, id)` is a total order, so pages never skip or repeat an intent.
+pub async fn list(
+    pool: &PgPool,
+    merchant: &MerchantId,
+    state: Option<IntentState>,
+    after: Option<&Cursor>,
+    limit: i64,
+) -> Result<Vec<PaymentIntent>, sqlx::Error> {
+    sqlx::query_as!(
+        PaymentIntent,
+        r#"
+        SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason
+          FROM payment_intents
+         WHERE merchant_id = $1
+           AND ($2::text IS NULL OR state = $2)
+           AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+         ORDER BY created_at DESC, id DESC
+         LIMIT $5
+        "#,
+        merchant.as_str(),
+        state.map(IntentState::as_str),
+        after.map(|c| c.created_at),
+        after.map(|c| c.id.as_str()),
+        limit,
+    )
+    .fetch_all(pool)
     .await
 }

@@ -7,3 +7,4 @@ mod helpers;
 mod idempotency;
 mod intents;
 mod leases;
+mod lifecycle;

@@ -1,0 +1,54 @@
+//! Reconciliation for clients whose retries ran out: what happened to my key?
+
+use axum::{
+    Extension, Json, Router,
+    extract::{Path, State},
+    routing::get,
+};
+use serde::Serialize;
+use sqlx::PgPool;
+use time::OffsetDateTime;
+
+use super::{IdempotencyKey, Scope, store};
+use crate::http::errors::ApiError;
+
+pub fn router() -> Router<PgPool> {
+    Router::new().route("/v1/idempotency_keys/{key}", get(show))
+}
+
+#[derive(Debug, Serialize)]
+struct KeyRecord {
+    key: String,
+    state: String,
+    attempt: i32,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    expires_at: OffsetDateTime,
+    fingerprint: String,
+    response_status: Option<u16>,
+    resource_id: Option<String>,
+}
+
+/// The caller's record for a key, or 404; never another scope's (the scope is the credential's).
+async fn show(
+    State(pool): State<PgPool>,
+    Extension(scope): Extension<Scope>,
+    Path(raw): Path<String>,
+) -> Result<Json<KeyRecord>, ApiError> {
+    let key = IdempotencyKey::parse_bytes(raw.as_bytes())
+        .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
+    let record = store::find(&pool, &scope, &key)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no record of Idempotency-Key \"{key}\"")))?;
+    Ok(Json(KeyRecord {
+        key: key.to_string(),
+        state: record.state,
+        attempt: record.attempt,
+        created_at: record.created_at,
+        expires_at: record.expires_at,
+        fingerprint: record.fingerprint.short(),
+        response_status: record.response_status,
+        resource_id: record.resource_id,
+    }))
+}
