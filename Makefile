@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/payments
 BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 export DATABASE_URL BOOTSTRAP_API_KEYS
 
-.PHONY: help api-run test lint migrate prepare
+.PHONY: help api-run test lint migrate prepare openapi compose-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,3 +26,9 @@ migrate: ## apply migrations with sqlx-cli (cargo install sqlx-cli --version '~0
 
 prepare: ## refresh the offline query metadata in .sqlx/ after changing a query
 	cargo sqlx prepare -- --all-targets
+
+openapi: ## regenerate the committed openapi.json from the code
+	cargo run --quiet --bin payments-api -- openapi > openapi.json
+
+compose-check: ## docker compose up, the SPEC §1 transcript against it, then down
+	bash scripts/compose-check.sh

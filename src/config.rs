@@ -30,6 +30,8 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     ApiKeys(ApiKeysCommand),
+    /// Print the OpenAPI 3.1 document (the committed `openapi.json`).
+    Openapi,
 }
 
 #[derive(Debug, Subcommand)]

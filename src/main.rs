@@ -19,6 +19,10 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("migrations applied");
             Ok(())
         }
+        Some(Command::Openapi) => {
+            print!("{}", payments_api::http::openapi::document());
+            Ok(())
+        }
         Some(Command::ApiKeys(ApiKeysCommand::Create { merchant, database })) => {
             let merchant = auth::MerchantId::parse(&merchant)?;
             let pool = db::pool(database.url()?, 1)?;

@@ -1,6 +1,6 @@
 //! Wires settings, database and router into a running server.
 
-use std::net::SocketAddr;
+use std::{future::IntoFuture, net::SocketAddr, time::Duration};
 
 use anyhow::Context;
 use sqlx::PgPool;
@@ -12,7 +12,8 @@ pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     pool: PgPool,
-    sweep_interval: std::time::Duration,
+    sweep_interval: Duration,
+    request_timeout: Duration,
 }
 
 impl Application {
@@ -27,12 +28,15 @@ impl Application {
         let listener = TcpListener::bind(settings.bind_addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.bind_addr))?;
+        // Installed before serving so every series exists from the first request on.
+        crate::telemetry::metrics::handle();
         let router = http::router(pool.clone(), settings);
         Ok(Self {
             listener,
             router,
             pool,
             sweep_interval: settings.sweep_interval,
+            request_timeout: settings.request_timeout,
         })
     }
 
@@ -46,13 +50,32 @@ impl Application {
         &self.pool
     }
 
-    /// Serves until SIGINT or SIGTERM, then stops accepting and lets in-flight requests finish.
+    /// Serves until SIGINT or SIGTERM, then stops accepting and gives in-flight requests up to the
+    /// request timeout to finish (their own timeout rolls back any that run longer).
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
         let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown_signal())
-            .await;
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            let _ = stopping_tx.send(());
+        });
+        // Idle keep-alive connections or a client that never reads must not hold the exit.
+        let grace = self.request_timeout + Duration::from_secs(1);
+        let deadline = async move {
+            if stopping_rx.await.is_ok() {
+                tokio::time::sleep(grace).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let served = tokio::select! {
+            served = server.into_future() => served,
+            () = deadline => {
+                tracing::warn!("connections still open after the grace period; exiting anyway");
+                Ok(())
+            }
+        };
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
         served.context("server failed")?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::{idempotency, intents};
+use crate::{idempotency, intents, telemetry::metrics as names};
 
 /// Rows per statement: small enough to keep each transaction short.
 pub const BATCH: i64 = 500;
@@ -46,7 +46,13 @@ pub async fn run(pool: PgPool, interval: Duration) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        match sweep_once(&pool).await {
+        let round = sweep_once(&pool).await;
+        metrics::counter!(names::SWEEP_RUNS, "result" => if round.is_ok() { "ok" } else { "error" }).increment(1);
+        if let Ok(report) = &round {
+            metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);
+            metrics::counter!(names::SWEEP_KEYS_DELETED).increment(report.keys_deleted);
+        }
+        match round {
             Ok(report) if report != SweepReport::default() => {
                 tracing::info!(
                     intents_expired = report.intents_expired,

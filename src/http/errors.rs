@@ -58,12 +58,18 @@ pub enum ApiError {
     Database(#[from] sqlx::Error),
     #[error("the request did not finish within {seconds} s; retry with the same Idempotency-Key")]
     Timeout { seconds: u64 },
+    /// Not ready to serve (readiness probe).
+    #[error("{0}")]
+    Unready(String),
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: &'a str,
-    detail: String,
+/// The body of every error response.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// A stable, machine-readable code, e.g. `idempotency_key_reused`.
+    pub error: &'static str,
+    /// A sentence for humans; its wording may change.
+    pub detail: String,
 }
 
 /// How long clients should wait before retrying when the database is unreachable.
@@ -85,7 +91,7 @@ impl ApiError {
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             Self::Internal(_) => "internal_error",
             Self::Database(e) if !is_unavailable(e) => "internal_error",
-            Self::Database(_) | Self::Timeout { .. } => "unavailable",
+            Self::Database(_) | Self::Timeout { .. } | Self::Unready(_) => "unavailable",
         }
     }
 
@@ -104,7 +110,9 @@ impl ApiError {
             Self::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Database(e) if !is_unavailable(e) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Database(_) | Self::Timeout { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Database(_) | Self::Timeout { .. } | Self::Unready(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -168,9 +176,7 @@ impl IntoResponse for ApiError {
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             }
-            Self::Database(_) | Self::Timeout { .. }
-                if status == StatusCode::SERVICE_UNAVAILABLE =>
-            {
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => {
                 headers.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECONDS),

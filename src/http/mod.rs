@@ -1,14 +1,17 @@
 //! The HTTP surface: one router assembled from each capability's routes, and the layers every
-//! request passes through, outermost first: request id, access log, authentication, idempotency.
+//! request passes through, outermost first: request id, access log, metrics, then for the API
+//! routes authentication and idempotency.
 
 pub mod errors;
 pub mod extractors;
+pub mod health;
+pub mod openapi;
 
 use axum::{
     Router,
     extract::DefaultBodyLimit,
-    http::{HeaderName, StatusCode},
-    middleware::from_fn_with_state,
+    http::HeaderName,
+    middleware::{from_fn, from_fn_with_state},
     routing::get,
 };
 use sqlx::PgPool;
@@ -20,7 +23,8 @@ use crate::{
     auth,
     config::Settings,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, telemetry,
+    intents,
+    telemetry::{self, metrics},
 };
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -39,13 +43,20 @@ pub fn router(pool: PgPool, settings: &Settings) -> Router {
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(pool.clone(), auth::require_merchant));
 
+    let operations = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::render))
+        .route("/openapi.json", get(openapi::openapi_json));
+
     Router::new()
         .merge(api)
-        .route("/healthz", get(|| async { StatusCode::OK }))
+        .merge(operations)
         .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(pool)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
+        .layer(from_fn(metrics::track))
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))

@@ -10,7 +10,7 @@
 mod fingerprint;
 mod key;
 mod layer;
-mod routes;
+pub mod routes;
 mod store;
 
 pub use fingerprint::Fingerprint;

@@ -16,8 +16,9 @@ pub fn router() -> Router<PgPool> {
     Router::new().route("/v1/idempotency_keys/{key}", get(show))
 }
 
-#[derive(Debug, Serialize)]
-struct KeyRecord {
+/// What the server knows of one of your keys.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyRecord {
     key: String,
     state: String,
     attempt: i32,
@@ -25,13 +26,28 @@ struct KeyRecord {
     created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     expires_at: OffsetDateTime,
+    /// The first 16 hex digits of SHA-256(method, path, body) of the request that owns the key.
     fingerprint: String,
+    /// The stored response's status, once completed.
     response_status: Option<u16>,
+    /// The `id` in the stored response body, if any: the resource this key created.
     resource_id: Option<String>,
 }
 
 /// The caller's record for a key, or 404; never another scope's (the scope is the credential's).
-async fn show(
+#[utoipa::path(
+    get,
+    path = "/v1/idempotency_keys/{key}",
+    operation_id = "retrieve_idempotency_key",
+    tag = "idempotency",
+    params(("key" = String, Path, description = "The Idempotency-Key, percent-encoded")),
+    responses(
+        (status = 200, description = "Your record of this key", body = KeyRecord),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::http::errors::ErrorBody),
+        (status = 404, description = "`not_found`: never used, past its retention, or not yours", body = crate::http::errors::ErrorBody),
+    )
+)]
+pub async fn show(
     State(pool): State<PgPool>,
     Extension(scope): Extension<Scope>,
     Path(raw): Path<String>,

@@ -11,6 +11,7 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     domain::{Address, Amount, Chain, ExpiresIn, IntentId},
@@ -20,7 +21,7 @@ use super::{
 use crate::{
     auth::MerchantId,
     http::{
-        errors::ApiError,
+        errors::{ApiError, ErrorBody},
         extractors::{JsonBody, QueryParams, Tx, parse_json},
     },
 };
@@ -34,19 +35,43 @@ pub fn router() -> Router<PgPool> {
 
 /// The create request (SPEC §3). Unknown fields are rejected: a misspelt `expires_in_secs` must
 /// not silently become the default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateIntentRequest {
+    /// `evm:<chain id>`, a positive decimal chain id without leading zeros.
+    #[schema(value_type = String, pattern = "^evm:[1-9][0-9]*$", example = "evm:31337")]
     pub chain: Chain,
+    /// The ERC-20 token contract: `0x` + 40 hex digits; mixed case must be a valid EIP-55 checksum.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x5FbDB2315678afecb367f032d93F642f64180aa3")]
     pub token: Address,
+    /// The paying address.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8")]
     pub payer: Address,
+    /// The payee's address.
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")]
     pub merchant: Address,
+    /// Token base units as a decimal string, 1 ≤ amount < 2^256; a JSON number is rejected.
+    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "100000000")]
     pub amount: Amount,
+    /// Seconds until an unpaid intent expires (canceled with reason `expired`).
     #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 60, maximum = 86400, default = 900)]
     pub expires_in_seconds: Option<ExpiresIn>,
 }
 
-async fn create(
+/// Create a payment intent.
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents",
+    operation_id = "create_payment_intent",
+    tag = "payment_intents",
+    request_body(content = CreateIntentRequest, content_type = "application/json", description = "Parsed as JSON whatever the Content-Type says"),
+    responses(
+        (status = 201, description = "Created", body = PaymentIntent,
+         headers(("Location" = String, description = "/v1/payment_intents/{id}"))),
+    )
+)]
+pub async fn create(
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
@@ -70,7 +95,19 @@ async fn create(
         .into_response())
 }
 
-async fn show(
+/// Retrieve a payment intent.
+#[utoipa::path(
+    get,
+    path = "/v1/payment_intents/{id}",
+    operation_id = "retrieve_payment_intent",
+    tag = "payment_intents",
+    params(("id" = String, Path, description = "The intent id, pi_ + 24 hex digits")),
+    responses(
+        (status = 200, description = "The intent now", body = PaymentIntent),
+        (status = 404, description = "`not_found`: absent, or another merchant's", body = ErrorBody),
+    )
+)]
+pub async fn show(
     State(pool): State<PgPool>,
     Extension(merchant): Extension<MerchantId>,
     Path(id): Path<String>,
@@ -87,7 +124,20 @@ async fn show(
 #[serde(deny_unknown_fields)]
 struct CancelRequest {}
 
-async fn cancel(
+/// Cancel a `created` payment intent (reason `merchant_request`).
+#[utoipa::path(
+    post,
+    path = "/v1/payment_intents/{id}/cancel",
+    operation_id = "cancel_payment_intent",
+    tag = "payment_intents",
+    params(("id" = String, Path, description = "The intent id")),
+    request_body(content = Option<Object>, content_type = "application/json", description = "Empty, or `{}`"),
+    responses(
+        (status = 200, description = "Canceled", body = PaymentIntent),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn cancel(
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
     Path(id): Path<String>,
@@ -109,24 +159,44 @@ async fn cancel(
 }
 
 /// `GET /v1/payment_intents` parameters (SPEC §3).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-struct ListParams {
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Page size, 1..=100.
+    #[param(minimum = 1, maximum = 100, default = 10)]
     limit: Option<i64>,
+    /// An intent id: the page starts right after it.
     starting_after: Option<String>,
+    /// Only intents in this state.
+    #[param(pattern = "^(created|canceled)$")]
     state: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-struct Page {
+/// A page of intents, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Page {
     data: Vec<PaymentIntent>,
+    /// Whether another page follows (ask with `starting_after` = the last id).
     has_more: bool,
 }
 
 const DEFAULT_PAGE: i64 = 10;
 const MAX_PAGE: i64 = 100;
 
-async fn list(
+/// List payment intents, newest first, in cursor pages.
+#[utoipa::path(
+    get,
+    path = "/v1/payment_intents",
+    operation_id = "list_payment_intents",
+    tag = "payment_intents",
+    params(ListParams),
+    responses(
+        (status = 200, description = "One page", body = Page),
+        (status = 400, description = "`invalid_request`", body = ErrorBody),
+    )
+)]
+pub async fn list(
     State(pool): State<PgPool>,
     Extension(merchant): Extension<MerchantId>,
     QueryParams(params): QueryParams<ListParams>,

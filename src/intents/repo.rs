@@ -11,15 +11,25 @@ use super::{
 use crate::auth::MerchantId;
 
 /// A payment intent as the API shows it; field order is the response's key order (SPEC §3).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PaymentIntent {
+    /// `pi_` + 24 lowercase hex digits.
+    #[schema(example = "pi_bfe74542f6b8b55f8f849a22")]
     pub id: String,
+    #[schema(pattern = "^(created|canceled)$")]
     pub state: String,
+    /// Starts at 1 and grows by one on every state change.
     pub version: i32,
+    /// Token base units, as a decimal string.
+    #[schema(example = "100000000")]
     pub amount: String,
+    #[schema(example = "evm:31337")]
     pub chain: String,
+    /// EIP-55 checksummed.
     pub token: String,
+    /// EIP-55 checksummed.
     pub payer: String,
+    /// The payee's address, EIP-55 checksummed.
     pub merchant: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
@@ -29,6 +39,7 @@ pub struct PaymentIntent {
     pub updated_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
     pub canceled_at: Option<OffsetDateTime>,
+    /// `merchant_request` or `expired` once canceled.
     pub cancellation_reason: Option<String>,
 }
 

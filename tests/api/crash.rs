@@ -1,67 +1,24 @@
 //! SPEC §5.4: a process killed inside its transaction leaves neither the intent nor a completion;
 //! after the lease, the retry executes exactly once.
 
-use std::{
-    net::TcpListener,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
-
 use sqlx::Connection;
 
 use crate::{
-    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp},
+    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp},
     leases::waiting_inserts,
 };
-
-/// The real binary in its own process, so it can be SIGKILLed.
-struct ServerProcess {
-    child: Child,
-    address: String,
-}
-
-impl ServerProcess {
-    async fn start(database_url: &str) -> Self {
-        // Ask the OS for a free port, then hand it to the child.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
-            .arg("serve")
-            .env("DATABASE_URL", database_url)
-            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
-            .env("BOOTSTRAP_API_KEYS", "merchant-demo=merchant_demo")
-            .env("IDEMPOTENCY_LEASE_SECONDS", "3")
-            .env("REQUEST_TIMEOUT_SECONDS", "2")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start payments-api");
-        let address = format!("http://127.0.0.1:{port}");
-        let client = reqwest::Client::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while client
-            .get(format!("{address}/healthz"))
-            .send()
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "payments-api did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Self { child, address }
-    }
-}
 
 #[tokio::test]
 async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_runs_once() {
     let app = TestApp::spawn().await;
-    let mut server = ServerProcess::start(&app.database_url).await;
+    let mut server = ServerProcess::start(
+        &app.database_url,
+        &[
+            ("IDEMPOTENCY_LEASE_SECONDS", "3"),
+            ("REQUEST_TIMEOUT_SECONDS", "2"),
+        ],
+    )
+    .await;
 
     let mut blocker = sqlx::PgConnection::connect(&app.database_url)
         .await

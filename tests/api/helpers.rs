@@ -1,7 +1,12 @@
 //! Test harness: a real PostgreSQL (testcontainers by default, `TEST_DATABASE_URL` to use an
 //! existing server), a fresh database per test, and the app served on a random port.
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    net::TcpListener,
+    process::{Child, Command, Stdio},
+    sync::OnceLock,
+    time::Duration,
+};
 
 use payments_api::{
     config::{IdempotencySettings, Settings},
@@ -107,6 +112,13 @@ async fn drop_stale_databases(server: &str) {
 
 /// A new, migrated database; returns its URL.
 pub async fn fresh_database() -> String {
+    let url = empty_database().await;
+    db::migrate(&url).await.expect("migrate the test database");
+    url
+}
+
+/// A new database without any table; returns its URL.
+pub async fn empty_database() -> String {
     let server = server_url().await;
     let name = format!(
         "{DB_PREFIX}{}_{}",
@@ -121,9 +133,7 @@ pub async fn fresh_database() -> String {
         .await
         .expect("create database");
     let (base, _) = server.rsplit_once('/').expect("URL has a database");
-    let url = format!("{base}/{name}");
-    db::migrate(&url).await.expect("migrate the test database");
-    url
+    format!("{base}/{name}")
 }
 
 pub fn test_settings(database_url: &str) -> Settings {
@@ -144,6 +154,18 @@ pub fn test_settings(database_url: &str) -> Settings {
             (OTHER_TOKEN.to_owned(), OTHER_MERCHANT.to_owned()),
         ],
     }
+}
+
+/// Builds the app and serves it in the background; returns its base URL.
+pub async fn serve(settings: Settings) -> String {
+    // Quiet by default; TEST_LOG=1 shows the server's log lines.
+    if std::env::var_os("TEST_LOG").is_some() {
+        payments_api::telemetry::init(payments_api::config::LogFormat::Pretty);
+    }
+    let app = Application::build(&settings).await.expect("build the app");
+    let address = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run_until_stopped());
+    address
 }
 
 pub struct TestApp {
@@ -167,15 +189,9 @@ impl TestApp {
 
     /// Spawns another app on an existing database (a second replica, or a restart).
     pub async fn spawn_on(database_url: &str, configure: impl FnOnce(&mut Settings)) -> Self {
-        // Quiet by default; TEST_LOG=1 shows the server's log lines.
-        if std::env::var_os("TEST_LOG").is_some() {
-            payments_api::telemetry::init(payments_api::config::LogFormat::Pretty);
-        }
         let mut settings = test_settings(database_url);
         configure(&mut settings);
-        let app = Application::build(&settings).await.expect("build the app");
-        let address = format!("http://{}", app.local_addr());
-        tokio::spawn(app.run_until_stopped());
+        let address = serve(settings).await;
         let db = PgPoolOptions::new()
             .max_connections(5)
             .connect(database_url)
@@ -294,5 +310,57 @@ impl Answer {
 
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).expect("JSON body")
+    }
+}
+
+/// The real binary in its own process, so it can be SIGKILLed.
+pub struct ServerProcess {
+    pub child: Child,
+    pub address: String,
+}
+
+impl ServerProcess {
+    /// Starts `payments-api serve` on a free port with the demo key and extra environment.
+    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
+        // Ask the OS for a free port, then hand it to the child.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("BOOTSTRAP_API_KEYS", "merchant-demo=merchant_demo")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start payments-api");
+        let address = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while client
+            .get(format!("{address}/healthz"))
+            .send()
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "payments-api did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { child, address }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // A failed test must not leave a server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -8,3 +8,4 @@ mod idempotency;
 mod intents;
 mod leases;
 mod lifecycle;
+mod operations;

@@ -1,5 +1,8 @@
-//! Logging: the subscriber, and the access log that writes one line per request with its
-//! idempotency outcome and attempt as fields (e.g. `201`, `201 replayed`, `422`).
+//! Logging and metrics: the subscriber, the access log that writes one line per request with its
+//! idempotency outcome and attempt as fields (e.g. `201`, `201 replayed`, `422`), and the
+//! Prometheus metrics in [`metrics`].
+
+pub mod metrics;
 
 use std::time::Duration;
 

@@ -1,0 +1,50 @@
+//! Liveness and readiness probes.
+
+use std::time::Duration;
+
+use axum::{Json, extract::State, response::IntoResponse};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::errors::ApiError;
+use crate::db::MIGRATOR;
+
+/// `GET /healthz`: the process is alive and serving HTTP; says nothing of the database.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive")))]
+pub async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: the database answers and every migration this binary knows is applied.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready to serve"),
+        (status = 503, description = "Database unreachable or not migrated", body = super::errors::ErrorBody),
+    )
+)]
+pub async fn readyz(State(pool): State<PgPool>) -> Result<impl IntoResponse, ApiError> {
+    // A probe must answer quickly even while the pool waits on a dead database.
+    let applied = tokio::time::timeout(
+        Duration::from_secs(2),
+        sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&pool),
+    )
+    .await
+    .map_err(|_| ApiError::Unready("the database did not answer within 2 s".to_owned()))?
+    .map_err(|e| {
+        tracing::warn!(error = %e, "readiness check failed");
+        ApiError::Unready("the database is unreachable or not migrated".to_owned())
+    })?;
+    let missing = MIGRATOR
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .count();
+    if missing > 0 {
+        return Err(ApiError::Unready(format!(
+            "{missing} migration(s) not applied yet"
+        )));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}

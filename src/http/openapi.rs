@@ -1,0 +1,180 @@
+//! The OpenAPI 3.1 description (`GET /openapi.json`), generated from the handlers' annotations.
+//! What the generic layers do to every operation (bearer auth, the Idempotency-Key header on every
+//! POST, their own error answers) is added here once, the way the layers apply it once.
+
+use axum::Json;
+use utoipa::{
+    Modify, OpenApi,
+    openapi::{
+        Components, ContentBuilder, HeaderBuilder, ObjectBuilder, Ref, RefOr, ResponseBuilder,
+        Type,
+        path::{Operation, ParameterBuilder, ParameterIn},
+        security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme},
+    },
+};
+
+use crate::{http::health, idempotency, intents, telemetry};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "payments-api",
+        description = "Payment intents for stablecoin payments on EVM chains. One Idempotency-Key, one execution, one answer, byte for byte, for 24 hours.",
+    ),
+    paths(
+        intents::handlers::create,
+        intents::handlers::list,
+        intents::handlers::show,
+        intents::handlers::cancel,
+        idempotency::routes::show,
+        health::healthz,
+        health::readyz,
+        telemetry::metrics::render,
+        openapi_json,
+    ),
+    components(schemas(crate::http::errors::ErrorBody)),
+    modifiers(&GenericLayers),
+    tags(
+        (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
+        (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
+        (name = "operations", description = "Probes, metrics and this document"),
+    )
+)]
+pub struct ApiDoc;
+
+/// `GET /openapi.json`.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", responses((status = 200, description = "This document")))]
+pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// The document as committed in `openapi.json` (pretty JSON with a final newline).
+pub fn document() -> String {
+    let mut json = ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes");
+    json.push('\n');
+    json
+}
+
+struct GenericLayers;
+
+impl Modify for GenericLayers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Components::new);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                operation.security = Some(vec![SecurityRequirement::new(
+                    "bearer",
+                    Vec::<String>::new(),
+                )]);
+                add_error(
+                    operation,
+                    "401",
+                    "Missing or unknown credentials (`unauthorized`), with `WWW-Authenticate: Bearer`",
+                );
+                add_error(
+                    operation,
+                    "500",
+                    "`internal_error`; nothing internal is disclosed",
+                );
+                add_error(
+                    operation,
+                    "503",
+                    "`unavailable`: the database is unreachable; nothing was committed. Carries `Retry-After`",
+                );
+            }
+            if let Some(operation) = item.post.as_mut() {
+                idempotent_post(operation);
+            }
+        }
+    }
+}
+
+/// What the idempotency layer adds to every POST (SPEC §5).
+fn idempotent_post(operation: &mut Operation) {
+    let key = ParameterBuilder::new()
+        .name("Idempotency-Key")
+        .parameter_in(ParameterIn::Header)
+        .description(Some(
+            "Names this operation: the same key with the same request is executed once and always answered with the same stored response for 24 h. 1-255 visible ASCII characters, or an RFC 8941 string \"...\".",
+        ))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(257))))
+        .build();
+    operation.parameters.get_or_insert_with(Vec::new).push(key);
+
+    for (status, response) in operation.responses.responses.iter_mut() {
+        if let RefOr::T(response) = response {
+            if status.starts_with('2') || status.starts_with('4') {
+                response.headers.insert(
+                    "Idempotent-Replayed".to_owned(),
+                    HeaderBuilder::new()
+                        .schema(ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true"])))
+                        .description(Some("Present, as `true`, when this is the stored answer of an earlier execution"))
+                        .build(),
+                );
+            }
+        }
+    }
+    add_error(
+        operation,
+        "400",
+        "`invalid_request` (stored and replayed), or the layer's own `idempotency_key_invalid` / `idempotency_key_missing` (not stored)",
+    );
+    add_error(
+        operation,
+        "409",
+        "`idempotency_key_in_flight` (with `Retry-After`), `idempotency_key_lease_lost`, or `invalid_state_transition`",
+    );
+    add_error(operation, "413", "`payload_too_large`");
+    add_error(
+        operation,
+        "422",
+        "`idempotency_key_reused`: this key was used for a different request",
+    );
+}
+
+fn add_error(operation: &mut Operation, status: &str, description: &str) {
+    let body = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("ErrorBody")))
+        .build();
+    let mut response = ResponseBuilder::new()
+        .description(description)
+        .content("application/json", body);
+    if matches!(status, "409" | "503") {
+        response = response.header(
+            "Retry-After",
+            HeaderBuilder::new()
+                .schema(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                )
+                .description(Some(
+                    "Seconds to wait before retrying with the same Idempotency-Key",
+                ))
+                .build(),
+        );
+    }
+    if status == "401" {
+        response = response.header(
+            "WWW-Authenticate",
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::String))
+                .build(),
+        );
+    }
+    operation
+        .responses
+        .responses
+        .entry(status.to_owned())
+        .or_insert_with(|| RefOr::T(response.build()));
+}

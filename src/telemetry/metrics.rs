@@ -1,0 +1,83 @@
+//! Prometheus metrics (`GET /metrics`). Route labels come from the matched route, never the raw
+//! path, so ids in paths cannot explode the series count.
+
+use std::{sync::OnceLock, time::Instant};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::{StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use sqlx::PgPool;
+
+use crate::idempotency::IdempotencyOutcome;
+
+pub const HTTP_REQUESTS: &str = "http_requests_total";
+pub const HTTP_DURATION: &str = "http_request_duration_seconds";
+pub const IDEMPOTENCY_OUTCOMES: &str = "idempotency_outcomes_total";
+pub const SWEEP_RUNS: &str = "sweeper_runs_total";
+pub const SWEEP_INTENTS_EXPIRED: &str = "sweeper_intents_expired_total";
+pub const SWEEP_KEYS_DELETED: &str = "sweeper_keys_deleted_total";
+pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
+
+/// Latency buckets from 1 ms to 10 s: an idempotent create is a few ms, a stalled one seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The process-wide recorder, installed once (several apps in one test process share it).
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), LATENCY_BUCKETS)
+            .expect("buckets are not empty")
+            .install_recorder()
+            .expect("no other metrics recorder is installed")
+    })
+}
+
+/// Counts every request by method, matched route and status, times it, and counts the
+/// idempotency layer's outcome.
+pub async fn track(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!(HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    if let Some(outcome) = response.extensions().get::<IdempotencyOutcome>() {
+        metrics::counter!(IDEMPOTENCY_OUTCOMES, "outcome" => outcome.kind.as_str()).increment(1);
+    }
+    response
+}
+
+/// `GET /metrics` in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+)]
+pub async fn render(State(pool): State<PgPool>) -> Response {
+    let idle = pool.num_idle() as f64;
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(idle);
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(f64::from(pool.size()) - idle);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle().render(),
+    )
+        .into_response()
+}

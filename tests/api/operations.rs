@@ -1,0 +1,295 @@
+//! Issue 4: probes, metrics, the OpenAPI document, request ids, shutdown and --help.
+
+use std::time::Duration;
+
+use payments_api::config::Settings;
+use sqlx::Connection;
+
+use crate::{
+    helpers::{
+        Answer, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, empty_database, serve, test_settings,
+    },
+    leases::waiting_inserts,
+};
+
+#[tokio::test]
+async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
+    let app = TestApp::spawn().await;
+    let get = |path: &'static str, address: String, client: reqwest::Client| async move {
+        Answer::of(client.get(format!("{address}{path}")).send().await.unwrap()).await
+    };
+    assert_eq!(
+        get("/healthz", app.address.clone(), app.client.clone())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get("/readyz", app.address.clone(), app.client.clone())
+            .await
+            .status,
+        200
+    );
+
+    // Same binary, database not migrated yet: alive, but not ready.
+    let unmigrated =
+        TestApp::spawn_on(&empty_database().await, |s| s.bootstrap_api_keys.clear()).await;
+    assert_eq!(
+        get(
+            "/healthz",
+            unmigrated.address.clone(),
+            unmigrated.client.clone()
+        )
+        .await
+        .status,
+        200
+    );
+    let not_ready = get(
+        "/readyz",
+        unmigrated.address.clone(),
+        unmigrated.client.clone(),
+    )
+    .await;
+    assert_eq!(not_ready.status, 503);
+    assert_eq!(not_ready.json()["error"], "unavailable");
+    assert!(not_ready.header("retry-after").is_some());
+
+    // Database unreachable: still alive, not ready, and quickly so.
+    let unreachable = serve(Settings {
+        bootstrap_api_keys: vec![],
+        ..test_settings("postgres://postgres@127.0.0.1:1/nothing")
+    })
+    .await;
+    assert_eq!(
+        get("/healthz", unreachable.clone(), reqwest::Client::new())
+            .await
+            .status,
+        200
+    );
+    let not_ready = get("/readyz", unreachable.clone(), reqwest::Client::new()).await;
+    assert_eq!(
+        (not_ready.status, not_ready.json()["error"].as_str()),
+        (503, Some("unavailable"))
+    );
+    let create = reqwest::Client::new()
+        .post(format!("{unreachable}/v1/payment_intents"))
+        .bearer_auth(DEMO_TOKEN)
+        .body(SEED_BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        create.status(),
+        503,
+        "no database: 503 unavailable, never a 500"
+    );
+    assert!(create.headers().contains_key("retry-after"));
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
+    let app = TestApp::spawn().await;
+    let created = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
+            .await,
+    )
+    .await;
+    app.create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
+        .await;
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    app.get_intent(DEMO_TOKEN, &id).await;
+
+    let metrics = Answer::of(
+        app.client
+            .get(format!("{}/metrics", app.address))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = metrics.body;
+    for expected in [
+        r#"http_requests_total{method="POST",route="/v1/payment_intents",status="201"}"#,
+        r#"http_requests_total{method="GET",route="/v1/payment_intents/{id}",status="200"}"#,
+        r#"http_request_duration_seconds_bucket{method="POST",route="/v1/payment_intents",le="0.005"}"#,
+        r#"idempotency_outcomes_total{outcome="fresh"}"#,
+        r#"idempotency_outcomes_total{outcome="replay"}"#,
+        r#"db_pool_connections{state="idle"}"#,
+        r#"db_pool_connections{state="in_use"}"#,
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    assert!(!text.contains(&id), "raw paths never become labels");
+}
+
+#[tokio::test]
+async fn the_openapi_document_is_served_and_matches_the_committed_copy() {
+    let generated = payments_api::http::openapi::document();
+    let committed = include_str!("../../openapi.json");
+    assert!(
+        generated == committed,
+        "openapi.json is stale: run `make openapi` and commit it"
+    );
+
+    let app = TestApp::spawn().await;
+    let served = Answer::of(
+        app.client
+            .get(format!("{}/openapi.json", app.address))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(served.status, 200);
+    let document = served.json();
+    assert_eq!(
+        document,
+        serde_json::from_str::<serde_json::Value>(committed).unwrap()
+    );
+    assert!(document["openapi"].as_str().unwrap().starts_with("3.1"));
+    let create = &document["paths"]["/v1/payment_intents"]["post"];
+    let params = create["parameters"].as_array().unwrap();
+    assert!(
+        params
+            .iter()
+            .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header")
+    );
+    assert!(create["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
+    for status in ["400", "401", "409", "413", "422", "500", "503"] {
+        assert!(
+            create["responses"][status].is_object(),
+            "create documents {status}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed_or_generated() {
+    let app = TestApp::spawn().await;
+    let url = format!("{}/healthz", app.address);
+    let echoed = app
+        .client
+        .get(&url)
+        .header("x-request-id", "req-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(echoed.headers()["x-request-id"], "req-42");
+    let generated = app.client.get(&url).send().await.unwrap();
+    let id = generated.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(uuid::Uuid::parse_str(id).unwrap().get_version_num(), 4);
+
+    // A replay carries its own request id, never the stored one.
+    let first = app
+        .create_intent(DEMO_TOKEN, Some("rid-1"), SEED_BODY)
+        .await;
+    let second = app
+        .create_intent(DEMO_TOKEN, Some("rid-1"), SEED_BODY)
+        .await;
+    assert_ne!(
+        first.headers()["x-request-id"],
+        second.headers()["x-request-id"]
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_in_flight_request_finish_then_exits_zero() {
+    let app = TestApp::spawn().await;
+    let mut server = ServerProcess::start(&app.database_url, &[]).await;
+
+    let mut blocker = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .unwrap();
+    let mut blocking = blocker.begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
+        .execute(&mut *blocking)
+        .await
+        .unwrap();
+    let in_flight = tokio::spawn({
+        let (client, address) = (app.client.clone(), server.address.clone());
+        async move {
+            let response = client
+                .post(format!("{address}/v1/payment_intents"))
+                .bearer_auth(DEMO_TOKEN)
+                .header("idempotency-key", "shutdown-1")
+                .body(SEED_BODY)
+                .send()
+                .await
+                .unwrap();
+            Answer::of(response).await
+        }
+    });
+    app.wait_until("the request is inside its transaction", &waiting_inserts(1))
+        .await;
+
+    let pid = server.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Stopped accepting: new connections are refused while the old request still runs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while reqwest::get(format!("{}/healthz", server.address))
+        .await
+        .is_ok()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still accepting after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    blocking.rollback().await.unwrap();
+
+    let answer = in_flight.await.unwrap();
+    assert_eq!(
+        answer.status, 201,
+        "the in-flight request finished: {}",
+        answer.body
+    );
+    let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(app.intent_count().await, 1);
+}
+
+#[test]
+fn help_documents_every_setting() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for name in [
+        "DATABASE_URL",
+        "BIND_ADDR",
+        "DB_MAX_CONNECTIONS",
+        "IDEMPOTENCY_LEASE_SECONDS",
+        "IDEMPOTENCY_KEY_TTL_SECONDS",
+        "IDEMPOTENCY_KEY_REQUIRED",
+        "REQUEST_TIMEOUT_SECONDS",
+        "MAX_BODY_BYTES",
+        "SWEEP_INTERVAL_SECONDS",
+        "BOOTSTRAP_API_KEYS",
+        "LOG_FORMAT",
+        "migrate",
+        "api-keys",
+    ] {
+        assert!(
+            help.contains(name),
+            "--help does not mention {name}:\n{help}"
+        );
+    }
+}
