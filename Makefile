@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/payments
 BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 export DATABASE_URL BOOTSTRAP_API_KEYS
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check
+.PHONY: help api-run test lint migrate prepare openapi compose-check bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,3 +32,8 @@ openapi: ## regenerate the committed openapi.json from the code
 
 compose-check: ## docker compose up, the SPEC §1 transcript against it, then down
 	bash scripts/compose-check.sh
+
+BENCH_ARGS ?= --clients 32 --seconds 10
+bench: ## release build, HTTP load beside the pgbench reference; writes target/bench/
+	cargo build --release --bin payments-api --example loadgen
+	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)

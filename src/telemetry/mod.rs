@@ -4,7 +4,7 @@
 
 pub mod metrics;
 
-use std::time::Duration;
+use std::{io::IsTerminal, time::Duration};
 
 use axum::{
     extract::{MatchedPath, Request},
@@ -36,7 +36,9 @@ pub fn init(format: LogFormat) {
                     .with_current_span(true),
             )
             .try_init(),
-        LogFormat::Pretty => registry.with(fmt::layer().compact()).try_init(),
+        LogFormat::Pretty => registry
+            .with(fmt::layer().compact().with_ansi(std::io::stdout().is_terminal()))
+            .try_init(),
     };
 }
 

@@ -1,0 +1,517 @@
+//! `make bench`: HTTP load against a release build of payments-api on the local PostgreSQL,
+//! measured beside `../shared/bench/reference.sh` (pgbench on the least SQL an idempotent create
+//! or replay must run) in the same run, so the ratios hold on a noisy machine.
+//!
+//! Writes `target/bench/results.json` and `target/bench/chart.svg`.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use serde::Serialize;
+use sqlx::{Connection, PgConnection};
+use tokio::sync::Barrier;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Concurrent keep-alive clients.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Seconds per workload.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// PostgreSQL server (the bench database is created anew on it).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    server: String,
+    /// The reference script; skipped if absent.
+    #[arg(long, default_value = "../shared/bench/reference.sh")]
+    reference: PathBuf,
+    /// The payments-api binary (default: the release build next to this example).
+    #[arg(long)]
+    api: Option<PathBuf>,
+    /// Where results.json and chart.svg go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// Extra environment for the API, e.g. DB_MAX_CONNECTIONS=32.
+    #[arg(long = "api-env", value_parser = parse_env)]
+    api_env: Vec<(String, String)>,
+}
+
+fn parse_env(raw: &str) -> Result<(String, String), String> {
+    raw.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| "NAME=VALUE".to_owned())
+}
+
+const TOKEN: &str = "merchant-demo";
+const BODY: &str = r#"{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}"#;
+const PORT: u16 = 18080;
+
+#[derive(Debug, Clone, Serialize)]
+struct Workload {
+    name: String,
+    clients: usize,
+    requests: u64,
+    errors: u64,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    peak_rss_mib: f64,
+    statuses: BTreeMap<u16, u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Reference {
+    name: String,
+    tps: f64,
+    latency_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    clients: usize,
+    seconds: u64,
+    api: Vec<Workload>,
+    reference: Vec<Reference>,
+    create_ratio: Option<f64>,
+    replay_ratio: Option<f64>,
+    plain_ratio: Option<f64>,
+    keyed_vs_unkeyed_latency_at_1_client: Option<f64>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let api_bin = match &args.api {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .context("cannot locate the target directory")?
+            .join("payments-api"),
+    };
+    if !api_bin.exists() {
+        bail!("{} not found: build it with `cargo build --release --bin payments-api`", api_bin.display());
+    }
+
+    let database_url = format!("{}/payments_bench", args.server);
+    let mut admin = PgConnection::connect(&format!("{}/postgres", args.server)).await?;
+    sqlx::query("DROP DATABASE IF EXISTS payments_bench WITH (FORCE)").execute(&mut admin).await?;
+    sqlx::query("CREATE DATABASE payments_bench").execute(&mut admin).await?;
+
+    let server = ApiProcess::start(&api_bin, &database_url, &args.api_env).await?;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let base = format!("http://127.0.0.1:{PORT}");
+    let duration = Duration::from_secs(args.seconds);
+    let mut workloads = Vec::new();
+
+    // At one client: what the idempotency machinery adds to a single create's latency.
+    let keyed_1 = run(&server, "create_keyed_1_client", 1, duration / 2, Op::CreateFresh, &client, &base).await;
+    let unkeyed_1 = run(&server, "create_unkeyed_1_client", 1, duration / 2, Op::CreateUnkeyed, &client, &base).await;
+    let latency_factor = (unkeyed_1.p50_ms > 0.0).then(|| keyed_1.p50_ms / unkeyed_1.p50_ms);
+    workloads.push(keyed_1);
+    workloads.push(unkeyed_1);
+
+    let clients = args.clients;
+    workloads.push(run(&server, "create_fresh", clients, duration, Op::CreateFresh, &client, &base).await);
+    let hot: Vec<String> = (0..1000).map(|i| format!("hot-{i}")).collect();
+    for key in &hot {
+        anyhow::ensure!(post(&client, &base, Some(key)).await? == 201, "seeding the hot keys failed");
+    }
+    workloads.push(run(&server, "replay", clients, duration, Op::Replay(Arc::new(hot)), &client, &base).await);
+    workloads.push(run(&server, "create_unkeyed", clients, duration, Op::CreateUnkeyed, &client, &base).await);
+    let ids = existing_ids(&database_url).await?;
+    workloads.push(run(&server, "get", clients, duration, Op::Get(Arc::new(ids)), &client, &base).await);
+    workloads.push(contention(&server, 64, duration, &client, &base).await);
+    drop(server);
+
+    let reference = if args.reference.exists() {
+        reference(&args.reference, clients, args.seconds)?
+    } else {
+        eprintln!("loadgen: {} not found; no reference run", args.reference.display());
+        Vec::new()
+    };
+    let ratio = |api: &str, reference_name: &str| {
+        let api = workloads.iter().find(|w| w.name == api)?.rps;
+        let reference = reference.iter().find(|r| r.name == reference_name)?.tps;
+        (reference > 0.0).then(|| api / reference)
+    };
+    let report = Report {
+        clients,
+        seconds: args.seconds,
+        create_ratio: ratio("create_fresh", "create"),
+        replay_ratio: ratio("replay", "replay"),
+        plain_ratio: ratio("create_fresh", "plain"),
+        keyed_vs_unkeyed_latency_at_1_client: latency_factor,
+        api: workloads,
+        reference,
+    };
+    print_report(&report);
+    std::fs::create_dir_all(&args.out)?;
+    std::fs::write(args.out.join("results.json"), serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(args.out.join("chart.svg"), chart(&report))?;
+    println!("\nwrote {0}/results.json and {0}/chart.svg", args.out.display());
+    Ok(())
+}
+
+#[derive(Clone)]
+enum Op {
+    CreateFresh,
+    CreateUnkeyed,
+    Replay(Arc<Vec<String>>),
+    Get(Arc<Vec<String>>),
+}
+
+async fn post(client: &reqwest::Client, base: &str, key: Option<&str>) -> Result<u16, reqwest::Error> {
+    let mut request = client.post(format!("{base}/v1/payment_intents")).bearer_auth(TOKEN).body(BODY);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    response.bytes().await?;
+    Ok(status)
+}
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+async fn once(op: &Op, client: &reqwest::Client, base: &str, rng: &mut u64) -> Result<u16, reqwest::Error> {
+    // xorshift: cheap per-client randomness for picking keys and ids.
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    match op {
+        Op::CreateFresh => {
+            let key = format!("bench-{}-{}", std::process::id(), SEQUENCE.fetch_add(1, Ordering::Relaxed));
+            post(client, base, Some(&key)).await
+        }
+        Op::CreateUnkeyed => post(client, base, None).await,
+        Op::Replay(keys) => post(client, base, Some(&keys[(*rng as usize) % keys.len()])).await,
+        Op::Get(ids) => {
+            let id = &ids[(*rng as usize) % ids.len()];
+            let response = client.get(format!("{base}/v1/payment_intents/{id}")).bearer_auth(TOKEN).send().await?;
+            let status = response.status().as_u16();
+            response.bytes().await?;
+            Ok(status)
+        }
+    }
+}
+
+async fn run(
+    server: &ApiProcess,
+    name: &str,
+    clients: usize,
+    duration: Duration,
+    op: Op,
+    client: &reqwest::Client,
+    base: &str,
+) -> Workload {
+    // A short warm-up fills the connection pools on both sides.
+    let stop = Arc::new(AtomicBool::new(false));
+    let warmup = Duration::from_millis(500);
+    let sampler = server.rss_sampler();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
+            let (op, client, base, stop) = (op.clone(), client.clone(), base.to_owned(), stop.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(100_000);
+                let mut statuses = BTreeMap::new();
+                let mut errors = 0;
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
+                let measure_from = Instant::now() + warmup;
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let result = once(&op, &client, &base, &mut rng).await;
+                    if t < measure_from {
+                        continue;
+                    }
+                    match result {
+                        Ok(status) => {
+                            latencies.push(t.elapsed().as_micros() as u64);
+                            *statuses.entry(status).or_insert(0u64) += 1;
+                            if status >= 500 {
+                                errors += 1;
+                            }
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (latencies, statuses, errors)
+            })
+        })
+        .collect();
+    tokio::time::sleep(warmup + duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    let mut statuses = BTreeMap::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (l, s, e) = task.await.expect("client task");
+        latencies.extend(l);
+        for (status, n) in s {
+            *statuses.entry(status).or_insert(0) += n;
+        }
+        errors += e;
+    }
+    let elapsed = started.elapsed().saturating_sub(warmup);
+    summarize(name, clients, latencies, statuses, errors, elapsed, sampler.stop().await)
+}
+
+/// 64 clients fire the same new key at once, round after round: one execution per round.
+async fn contention(server: &ApiProcess, clients: usize, duration: Duration, client: &reqwest::Client, base: &str) -> Workload {
+    let sampler = server.rss_sampler();
+    let barrier = Arc::new(Barrier::new(clients));
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (client, base, barrier) = (client.clone(), base.to_owned(), barrier.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                let mut statuses = BTreeMap::new();
+                let mut errors = 0;
+                for round in 0.. {
+                    barrier.wait().await;
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let key = format!("contended-{}-{round}", std::process::id());
+                    let t = Instant::now();
+                    match post(&client, &base, Some(&key)).await {
+                        Ok(status) => {
+                            latencies.push(t.elapsed().as_micros() as u64);
+                            *statuses.entry(status).or_insert(0u64) += 1;
+                            if status >= 500 {
+                                errors += 1;
+                            }
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+                (latencies, statuses, errors)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut statuses = BTreeMap::new();
+    let mut errors = 0;
+    for task in tasks {
+        let (l, s, e) = task.await.expect("client task");
+        latencies.extend(l);
+        for (status, n) in s {
+            *statuses.entry(status).or_insert(0) += n;
+        }
+        errors += e;
+    }
+    summarize("contention_64_one_key", clients, latencies, statuses, errors, started.elapsed(), sampler.stop().await)
+}
+
+fn summarize(
+    name: &str,
+    clients: usize,
+    mut latencies: Vec<u64>,
+    statuses: BTreeMap<u16, u64>,
+    errors: u64,
+    elapsed: Duration,
+    peak_rss_kib: u64,
+) -> Workload {
+    latencies.sort_unstable();
+    let pct = |p: f64| {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        latencies[i] as f64 / 1000.0
+    };
+    let requests = latencies.len() as u64;
+    Workload {
+        name: name.to_owned(),
+        clients,
+        requests,
+        errors,
+        rps: requests as f64 / elapsed.as_secs_f64(),
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        p999_ms: pct(0.999),
+        peak_rss_mib: peak_rss_kib as f64 / 1024.0,
+        statuses,
+    }
+}
+
+async fn existing_ids(database_url: &str) -> anyhow::Result<Vec<String>> {
+    let mut conn = PgConnection::connect(database_url).await?;
+    let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM payment_intents LIMIT 10000").fetch_all(&mut conn).await?;
+    anyhow::ensure!(!ids.is_empty(), "no intents to read");
+    Ok(ids)
+}
+
+fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<Reference>> {
+    println!("running {} {clients} {seconds}", script.display());
+    let output = Command::new("bash").arg(script).arg(clients.to_string()).arg(seconds.to_string()).output()?;
+    if !output.status.success() {
+        bail!("reference.sh failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    // Lines: `<name> clients=<c> tps=<n> latency_ms=<avg>`
+    let text = String::from_utf8(output.stdout)?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next()?.to_owned();
+            let field = |key: &str| {
+                line.split_whitespace().find_map(|w| w.strip_prefix(key)).and_then(|v| v.parse::<f64>().ok())
+            };
+            Some(Reference { name, tps: field("tps=")?, latency_ms: field("latency_ms=").unwrap_or(0.0) })
+        })
+        .collect())
+}
+
+fn print_report(report: &Report) {
+    println!(
+        "\n{:<26} {:>7} {:>9} {:>10} {:>8} {:>8} {:>9} {:>7} {:>9}",
+        "workload", "clients", "requests", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "RSS MiB"
+    );
+    for w in &report.api {
+        println!(
+            "{:<26} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>9.1}",
+            w.name, w.clients, w.requests, w.rps, w.p50_ms, w.p99_ms, w.p999_ms, w.errors, w.peak_rss_mib
+        );
+    }
+    for r in &report.reference {
+        println!("{:<26} {:>7} {:>9} {:>10.0} {:>8.2}", format!("reference {}", r.name), report.clients, "", r.tps, r.latency_ms);
+    }
+    let show = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}"));
+    println!("\ncreate_ratio = {}", show(report.create_ratio));
+    println!("replay_ratio = {}", show(report.replay_ratio));
+    println!("plain_ratio  = {}  (fresh creates / one bare durable insert)", show(report.plain_ratio));
+    println!("keyed/unkeyed p50 latency at 1 client = {}", show(report.keyed_vs_unkeyed_latency_at_1_client));
+}
+
+/// Two bar panels: throughput (API beside reference) and p50/p99 latency per workload.
+fn chart(report: &Report) -> String {
+    let mut bars: Vec<(String, f64, &str)> = report.api.iter().map(|w| (w.name.clone(), w.rps, "#2b6cb0")).collect();
+    bars.extend(report.reference.iter().map(|r| (format!("reference {}", r.name), r.tps, "#c05621")));
+    let (width, row, left) = (900.0, 22.0, 230.0);
+    let top_height = 40.0 + row * bars.len() as f64;
+    let lat_height = 40.0 + row * report.api.len() as f64;
+    let height = top_height + lat_height + 30.0;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="10" y="20" font-size="14" font-weight="bold">Throughput, {} clients (requests or transactions per second)</text>
+"#,
+        report.clients
+    );
+    let max = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    for (i, (label, value, color)) in bars.iter().enumerate() {
+        let y = 32.0 + row * i as f64;
+        let w = (width - left - 90.0) * value / max;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{label}</text><rect x=\"{left}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{}\">{value:.0}</text>\n",
+            left - 6.0, y + 14.0, row - 6.0, left + w + 4.0, y + 14.0
+        );
+    }
+    let base = top_height + 20.0;
+    svg += &format!("<text x=\"10\" y=\"{base}\" font-size=\"14\" font-weight=\"bold\">Latency (ms): p50 dark, p99 light</text>\n");
+    let max_lat = report.api.iter().map(|w| w.p99_ms).fold(0.001, f64::max);
+    for (i, w) in report.api.iter().enumerate() {
+        let y = base + 12.0 + row * i as f64;
+        let p99 = (width - left - 120.0) * w.p99_ms / max_lat;
+        let p50 = (width - left - 120.0) * w.p50_ms / max_lat;
+        svg += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect x=\"{left}\" y=\"{y}\" width=\"{p99:.1}\" height=\"{}\" fill=\"#90cdf4\"/><rect x=\"{left}\" y=\"{y}\" width=\"{p50:.1}\" height=\"{}\" fill=\"#2b6cb0\"/><text x=\"{:.1}\" y=\"{}\">{:.2} / {:.2}</text>\n",
+            left - 6.0, y + 14.0, w.name, row - 6.0, row - 6.0, left + p99 + 4.0, y + 14.0, w.p50_ms, w.p99_ms
+        );
+    }
+    svg + "</svg>\n"
+}
+
+/// The API under test, as a child process.
+struct ApiProcess {
+    child: Child,
+}
+
+impl ApiProcess {
+    async fn start(bin: &Path, database_url: &str, env: &[(String, String)]) -> anyhow::Result<Self> {
+        let child = Command::new(bin)
+            .args(["serve", "--migrate"])
+            .env("DATABASE_URL", database_url)
+            .env("BIND_ADDR", format!("127.0.0.1:{PORT}"))
+            .env("BOOTSTRAP_API_KEYS", format!("{TOKEN}=merchant_demo"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start payments-api")?;
+        let started = Instant::now();
+        loop {
+            if let Ok(response) = reqwest::get(format!("http://127.0.0.1:{PORT}/readyz")).await {
+                if response.status().is_success() {
+                    return Ok(Self { child });
+                }
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("payments-api did not become ready");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Samples the API's resident set every 50 ms until stopped; returns the peak in KiB.
+    fn rss_sampler(&self) -> RssSampler {
+        let pid = self.child.id();
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut peak = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    peak = peak.max(rss_kib(pid));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                peak.max(rss_kib(pid))
+            }
+        });
+        RssSampler { stop, task }
+    }
+}
+
+impl Drop for ApiProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl RssSampler {
+    async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap_or(0)
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
