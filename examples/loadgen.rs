@@ -47,7 +47,9 @@ struct Args {
 }
 
 fn parse_env(raw: &str) -> Result<(String, String), String> {
-    raw.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| "NAME=VALUE".to_owned())
+    raw.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| "NAME=VALUE".to_owned())
 }
 
 const TOKEN: &str = "merchant-demo";
@@ -99,44 +101,121 @@ async fn main() -> anyhow::Result<()> {
             .join("payments-api"),
     };
     if !api_bin.exists() {
-        bail!("{} not found: build it with `cargo build --release --bin payments-api`", api_bin.display());
+        bail!(
+            "{} not found: build it with `cargo build --release --bin payments-api`",
+            api_bin.display()
+        );
     }
 
     let database_url = format!("{}/payments_bench", args.server);
     let mut admin = PgConnection::connect(&format!("{}/postgres", args.server)).await?;
-    sqlx::query("DROP DATABASE IF EXISTS payments_bench WITH (FORCE)").execute(&mut admin).await?;
-    sqlx::query("CREATE DATABASE payments_bench").execute(&mut admin).await?;
+    sqlx::query("DROP DATABASE IF EXISTS payments_bench WITH (FORCE)")
+        .execute(&mut admin)
+        .await?;
+    sqlx::query("CREATE DATABASE payments_bench")
+        .execute(&mut admin)
+        .await?;
 
     let server = ApiProcess::start(&api_bin, &database_url, &args.api_env).await?;
-    let client = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()?;
     let base = format!("http://127.0.0.1:{PORT}");
     let duration = Duration::from_secs(args.seconds);
     let mut workloads = Vec::new();
 
     // At one client: what the idempotency machinery adds to a single create's latency.
-    let keyed_1 = run(&server, "create_keyed_1_client", 1, duration / 2, Op::CreateFresh, &client, &base).await;
-    let unkeyed_1 = run(&server, "create_unkeyed_1_client", 1, duration / 2, Op::CreateUnkeyed, &client, &base).await;
+    let keyed_1 = run(
+        &server,
+        "create_keyed_1_client",
+        1,
+        duration / 2,
+        Op::CreateFresh,
+        &client,
+        &base,
+    )
+    .await;
+    let unkeyed_1 = run(
+        &server,
+        "create_unkeyed_1_client",
+        1,
+        duration / 2,
+        Op::CreateUnkeyed,
+        &client,
+        &base,
+    )
+    .await;
     let latency_factor = (unkeyed_1.p50_ms > 0.0).then(|| keyed_1.p50_ms / unkeyed_1.p50_ms);
     workloads.push(keyed_1);
     workloads.push(unkeyed_1);
 
     let clients = args.clients;
-    workloads.push(run(&server, "create_fresh", clients, duration, Op::CreateFresh, &client, &base).await);
+    workloads.push(
+        run(
+            &server,
+            "create_fresh",
+            clients,
+            duration,
+            Op::CreateFresh,
+            &client,
+            &base,
+        )
+        .await,
+    );
     let hot: Vec<String> = (0..1000).map(|i| format!("hot-{i}")).collect();
     for key in &hot {
-        anyhow::ensure!(post(&client, &base, Some(key)).await? == 201, "seeding the hot keys failed");
+        anyhow::ensure!(
+            post(&client, &base, Some(key)).await? == 201,
+            "seeding the hot keys failed"
+        );
     }
-    workloads.push(run(&server, "replay", clients, duration, Op::Replay(Arc::new(hot)), &client, &base).await);
-    workloads.push(run(&server, "create_unkeyed", clients, duration, Op::CreateUnkeyed, &client, &base).await);
+    workloads.push(
+        run(
+            &server,
+            "replay",
+            clients,
+            duration,
+            Op::Replay(Arc::new(hot)),
+            &client,
+            &base,
+        )
+        .await,
+    );
+    workloads.push(
+        run(
+            &server,
+            "create_unkeyed",
+            clients,
+            duration,
+            Op::CreateUnkeyed,
+            &client,
+            &base,
+        )
+        .await,
+    );
     let ids = existing_ids(&database_url).await?;
-    workloads.push(run(&server, "get", clients, duration, Op::Get(Arc::new(ids)), &client, &base).await);
+    workloads.push(
+        run(
+            &server,
+            "get",
+            clients,
+            duration,
+            Op::Get(Arc::new(ids)),
+            &client,
+            &base,
+        )
+        .await,
+    );
     workloads.push(contention(&server, 64, duration, &client, &base).await);
     drop(server);
 
     let reference = if args.reference.exists() {
         reference(&args.reference, clients, args.seconds)?
     } else {
-        eprintln!("loadgen: {} not found; no reference run", args.reference.display());
+        eprintln!(
+            "loadgen: {} not found; no reference run",
+            args.reference.display()
+        );
         Vec::new()
     };
     let ratio = |api: &str, reference_name: &str| {
@@ -156,9 +235,15 @@ async fn main() -> anyhow::Result<()> {
     };
     print_report(&report);
     std::fs::create_dir_all(&args.out)?;
-    std::fs::write(args.out.join("results.json"), serde_json::to_string_pretty(&report)? + "\n")?;
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(&report)? + "\n",
+    )?;
     std::fs::write(args.out.join("chart.svg"), chart(&report))?;
-    println!("\nwrote {0}/results.json and {0}/chart.svg", args.out.display());
+    println!(
+        "\nwrote {0}/results.json and {0}/chart.svg",
+        args.out.display()
+    );
     Ok(())
 }
 
@@ -170,8 +255,15 @@ enum Op {
     Get(Arc<Vec<String>>),
 }
 
-async fn post(client: &reqwest::Client, base: &str, key: Option<&str>) -> Result<u16, reqwest::Error> {
-    let mut request = client.post(format!("{base}/v1/payment_intents")).bearer_auth(TOKEN).body(BODY);
+async fn post(
+    client: &reqwest::Client,
+    base: &str,
+    key: Option<&str>,
+) -> Result<u16, reqwest::Error> {
+    let mut request = client
+        .post(format!("{base}/v1/payment_intents"))
+        .bearer_auth(TOKEN)
+        .body(BODY);
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
@@ -183,21 +275,34 @@ async fn post(client: &reqwest::Client, base: &str, key: Option<&str>) -> Result
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-async fn once(op: &Op, client: &reqwest::Client, base: &str, rng: &mut u64) -> Result<u16, reqwest::Error> {
+async fn once(
+    op: &Op,
+    client: &reqwest::Client,
+    base: &str,
+    rng: &mut u64,
+) -> Result<u16, reqwest::Error> {
     // xorshift: cheap per-client randomness for picking keys and ids.
     *rng ^= *rng << 13;
     *rng ^= *rng >> 7;
     *rng ^= *rng << 17;
     match op {
         Op::CreateFresh => {
-            let key = format!("bench-{}-{}", std::process::id(), SEQUENCE.fetch_add(1, Ordering::Relaxed));
+            let key = format!(
+                "bench-{}-{}",
+                std::process::id(),
+                SEQUENCE.fetch_add(1, Ordering::Relaxed)
+            );
             post(client, base, Some(&key)).await
         }
         Op::CreateUnkeyed => post(client, base, None).await,
         Op::Replay(keys) => post(client, base, Some(&keys[(*rng as usize) % keys.len()])).await,
         Op::Get(ids) => {
             let id = &ids[(*rng as usize) % ids.len()];
-            let response = client.get(format!("{base}/v1/payment_intents/{id}")).bearer_auth(TOKEN).send().await?;
+            let response = client
+                .get(format!("{base}/v1/payment_intents/{id}"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await?;
             let status = response.status().as_u16();
             response.bytes().await?;
             Ok(status)
@@ -221,7 +326,8 @@ async fn run(
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
-            let (op, client, base, stop) = (op.clone(), client.clone(), base.to_owned(), stop.clone());
+            let (op, client, base, stop) =
+                (op.clone(), client.clone(), base.to_owned(), stop.clone());
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(100_000);
                 let mut statuses = BTreeMap::new();
@@ -263,11 +369,25 @@ async fn run(
         errors += e;
     }
     let elapsed = started.elapsed().saturating_sub(warmup);
-    summarize(name, clients, latencies, statuses, errors, elapsed, sampler.stop().await)
+    summarize(
+        name,
+        clients,
+        latencies,
+        statuses,
+        errors,
+        elapsed,
+        sampler.stop().await,
+    )
 }
 
 /// 64 clients fire the same new key at once, round after round: one execution per round.
-async fn contention(server: &ApiProcess, clients: usize, duration: Duration, client: &reqwest::Client, base: &str) -> Workload {
+async fn contention(
+    server: &ApiProcess,
+    clients: usize,
+    duration: Duration,
+    client: &reqwest::Client,
+    base: &str,
+) -> Workload {
     let sampler = server.rss_sampler();
     let barrier = Arc::new(Barrier::new(clients));
     let deadline = Instant::now() + duration;
@@ -312,7 +432,15 @@ async fn contention(server: &ApiProcess, clients: usize, duration: Duration, cli
         }
         errors += e;
     }
-    summarize("contention_64_one_key", clients, latencies, statuses, errors, started.elapsed(), sampler.stop().await)
+    summarize(
+        "contention_64_one_key",
+        clients,
+        latencies,
+        statuses,
+        errors,
+        started.elapsed(),
+        sampler.stop().await,
+    )
 }
 
 fn summarize(
@@ -349,16 +477,25 @@ fn summarize(
 
 async fn existing_ids(database_url: &str) -> anyhow::Result<Vec<String>> {
     let mut conn = PgConnection::connect(database_url).await?;
-    let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM payment_intents LIMIT 10000").fetch_all(&mut conn).await?;
+    let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM payment_intents LIMIT 10000")
+        .fetch_all(&mut conn)
+        .await?;
     anyhow::ensure!(!ids.is_empty(), "no intents to read");
     Ok(ids)
 }
 
 fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<Reference>> {
     println!("running {} {clients} {seconds}", script.display());
-    let output = Command::new("bash").arg(script).arg(clients.to_string()).arg(seconds.to_string()).output()?;
+    let output = Command::new("bash")
+        .arg(script)
+        .arg(clients.to_string())
+        .arg(seconds.to_string())
+        .output()?;
     if !output.status.success() {
-        bail!("reference.sh failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "reference.sh failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     // Lines: `<name> clients=<c> tps=<n> latency_ms=<avg>`
     let text = String::from_utf8(output.stdout)?;
@@ -368,9 +505,15 @@ fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<
             let mut words = line.split_whitespace();
             let name = words.next()?.to_owned();
             let field = |key: &str| {
-                line.split_whitespace().find_map(|w| w.strip_prefix(key)).and_then(|v| v.parse::<f64>().ok())
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .and_then(|v| v.parse::<f64>().ok())
             };
-            Some(Reference { name, tps: field("tps=")?, latency_ms: field("latency_ms=").unwrap_or(0.0) })
+            Some(Reference {
+                name,
+                tps: field("tps=")?,
+                latency_ms: field("latency_ms=").unwrap_or(0.0),
+            })
         })
         .collect())
 }
@@ -378,28 +521,66 @@ fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<
 fn print_report(report: &Report) {
     println!(
         "\n{:<26} {:>7} {:>9} {:>10} {:>8} {:>8} {:>9} {:>7} {:>9}",
-        "workload", "clients", "requests", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "errors", "RSS MiB"
+        "workload",
+        "clients",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "errors",
+        "RSS MiB"
     );
     for w in &report.api {
         println!(
             "{:<26} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>9.1}",
-            w.name, w.clients, w.requests, w.rps, w.p50_ms, w.p99_ms, w.p999_ms, w.errors, w.peak_rss_mib
+            w.name,
+            w.clients,
+            w.requests,
+            w.rps,
+            w.p50_ms,
+            w.p99_ms,
+            w.p999_ms,
+            w.errors,
+            w.peak_rss_mib
         );
     }
     for r in &report.reference {
-        println!("{:<26} {:>7} {:>9} {:>10.0} {:>8.2}", format!("reference {}", r.name), report.clients, "", r.tps, r.latency_ms);
+        println!(
+            "{:<26} {:>7} {:>9} {:>10.0} {:>8.2}",
+            format!("reference {}", r.name),
+            report.clients,
+            "",
+            r.tps,
+            r.latency_ms
+        );
     }
     let show = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}"));
     println!("\ncreate_ratio = {}", show(report.create_ratio));
     println!("replay_ratio = {}", show(report.replay_ratio));
-    println!("plain_ratio  = {}  (fresh creates / one bare durable insert)", show(report.plain_ratio));
-    println!("keyed/unkeyed p50 latency at 1 client = {}", show(report.keyed_vs_unkeyed_latency_at_1_client));
+    println!(
+        "plain_ratio  = {}  (fresh creates / one bare durable insert)",
+        show(report.plain_ratio)
+    );
+    println!(
+        "keyed/unkeyed p50 latency at 1 client = {}",
+        show(report.keyed_vs_unkeyed_latency_at_1_client)
+    );
 }
 
 /// Two bar panels: throughput (API beside reference) and p50/p99 latency per workload.
 fn chart(report: &Report) -> String {
-    let mut bars: Vec<(String, f64, &str)> = report.api.iter().map(|w| (w.name.clone(), w.rps, "#2b6cb0")).collect();
-    bars.extend(report.reference.iter().map(|r| (format!("reference {}", r.name), r.tps, "#c05621")));
+    let mut bars: Vec<(String, f64, &str)> = report
+        .api
+        .iter()
+        .map(|w| (w.name.clone(), w.rps, "#2b6cb0"))
+        .collect();
+    bars.extend(
+        report
+            .reference
+            .iter()
+            .map(|r| (format!("reference {}", r.name), r.tps, "#c05621")),
+    );
     let (width, row, left) = (900.0, 22.0, 230.0);
     let top_height = 40.0 + row * bars.len() as f64;
     let lat_height = 40.0 + row * report.api.len() as f64;
@@ -417,11 +598,17 @@ fn chart(report: &Report) -> String {
         let w = (width - left - 90.0) * value / max;
         svg += &format!(
             "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{label}</text><rect x=\"{left}\" y=\"{y}\" width=\"{w:.1}\" height=\"{}\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{}\">{value:.0}</text>\n",
-            left - 6.0, y + 14.0, row - 6.0, left + w + 4.0, y + 14.0
+            left - 6.0,
+            y + 14.0,
+            row - 6.0,
+            left + w + 4.0,
+            y + 14.0
         );
     }
     let base = top_height + 20.0;
-    svg += &format!("<text x=\"10\" y=\"{base}\" font-size=\"14\" font-weight=\"bold\">Latency (ms): p50 dark, p99 light</text>\n");
+    svg += &format!(
+        "<text x=\"10\" y=\"{base}\" font-size=\"14\" font-weight=\"bold\">Latency (ms): p50 dark, p99 light</text>\n"
+    );
     let max_lat = report.api.iter().map(|w| w.p99_ms).fold(0.001, f64::max);
     for (i, w) in report.api.iter().enumerate() {
         let y = base + 12.0 + row * i as f64;
@@ -429,7 +616,15 @@ fn chart(report: &Report) -> String {
         let p50 = (width - left - 120.0) * w.p50_ms / max_lat;
         svg += &format!(
             "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><rect x=\"{left}\" y=\"{y}\" width=\"{p99:.1}\" height=\"{}\" fill=\"#90cdf4\"/><rect x=\"{left}\" y=\"{y}\" width=\"{p50:.1}\" height=\"{}\" fill=\"#2b6cb0\"/><text x=\"{:.1}\" y=\"{}\">{:.2} / {:.2}</text>\n",
-            left - 6.0, y + 14.0, w.name, row - 6.0, row - 6.0, left + p99 + 4.0, y + 14.0, w.p50_ms, w.p99_ms
+            left - 6.0,
+            y + 14.0,
+            w.name,
+            row - 6.0,
+            row - 6.0,
+            left + p99 + 4.0,
+            y + 14.0,
+            w.p50_ms,
+            w.p99_ms
         );
     }
     svg + "</svg>\n"
@@ -441,7 +636,11 @@ struct ApiProcess {
 }
 
 impl ApiProcess {
-    async fn start(bin: &Path, database_url: &str, env: &[(String, String)]) -> anyhow::Result<Self> {
+    async fn start(
+        bin: &Path,
+        database_url: &str,
+        env: &[(String, String)],
+    ) -> anyhow::Result<Self> {
         let child = Command::new(bin)
             .args(["serve", "--migrate"])
             .env("DATABASE_URL", database_url)

@@ -1,6 +1,8 @@
 //! Bearer-token authentication (SPEC §2). Tokens are stored only as SHA-256 hashes and looked up by
 //! hash, so no secret is ever compared byte by byte and a leaked table reveals no usable token.
 
+use std::time::Duration;
+
 use axum::{
     extract::{Request, State},
     http::header,
@@ -40,11 +42,50 @@ fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Looks tokens up by hash, remembering known ones for a minute so that a request costs no
+/// database round trip for its credentials. Unknown tokens are never remembered: guessing costs a
+/// lookup each time and cannot fill the cache. A deleted key stays usable for at most `KNOWN_FOR`.
+#[derive(Clone)]
+pub struct Authenticator {
+    pool: PgPool,
+    known: moka::sync::Cache<[u8; 32], MerchantId>,
+}
+
+impl Authenticator {
+    const KNOWN_FOR: Duration = Duration::from_secs(60);
+
+    pub fn new(pool: PgPool) -> Self {
+        let known = moka::sync::Cache::builder()
+            .max_capacity(10_000)
+            .time_to_live(Self::KNOWN_FOR)
+            .build();
+        Self { pool, known }
+    }
+
+    async fn merchant(&self, token: &str) -> Result<Option<MerchantId>, sqlx::Error> {
+        let hash = token_hash(token);
+        if let Some(merchant) = self.known.get(&hash) {
+            return Ok(Some(merchant));
+        }
+        let merchant = sqlx::query_scalar!(
+            "SELECT merchant_id FROM api_keys WHERE token_sha256 = $1",
+            &hash[..]
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .map(MerchantId);
+        if let Some(merchant) = &merchant {
+            self.known.insert(hash, merchant.clone());
+        }
+        Ok(merchant)
+    }
+}
+
 /// Rejects requests without a known token with 401 before anything else reads them: no
 /// Idempotency-Key is even looked at, nothing is stored. On success the merchant, and the
 /// idempotency scope it defines, go into the request extensions.
 pub async fn require_merchant(
-    State(pool): State<PgPool>,
+    State(auth): State<Authenticator>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -60,19 +101,12 @@ pub async fn require_merchant(
     let Some(token) = token else {
         return ApiError::Unauthorized.into_response();
     };
-    let hash = token_hash(token);
-    let merchant = sqlx::query_scalar!(
-        "SELECT merchant_id FROM api_keys WHERE token_sha256 = $1",
-        &hash[..]
-    )
-    .fetch_optional(&pool)
-    .await;
-    match merchant {
-        Ok(Some(merchant_id)) => {
+    match auth.merchant(token).await {
+        Ok(Some(merchant)) => {
             request
                 .extensions_mut()
-                .insert(Scope::new(merchant_id.clone()));
-            request.extensions_mut().insert(MerchantId(merchant_id));
+                .insert(Scope::new(merchant.as_str()));
+            request.extensions_mut().insert(merchant);
             next.run(request).await
         }
         Ok(None) => ApiError::Unauthorized.into_response(),

@@ -1,13 +1,13 @@
 //! Connection pool, migrations, and the request-scoped transaction that the idempotency layer
 //! opens and a handler writes through.
 
-use std::{sync::Arc, time::Duration};
+use std::{str::FromStr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use sqlx::{
     PgPool, Postgres, Transaction,
     migrate::{MigrateDatabase, Migrator},
-    postgres::PgPoolOptions,
+    postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
@@ -17,12 +17,29 @@ pub type PgTransaction = Transaction<'static, Postgres>;
 
 /// Builds the pool lazily so the server starts (and `/healthz` answers) while the database is down.
 pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    Ok(pool_options(max_connections).connect_lazy_with(connect_options(database_url)?))
+}
+
+/// The pool that claims (and releases) Idempotency-Keys. Its commits do not wait for their WAL
+/// flush (`synchronous_commit = off`): a claim lost in a database crash is harmless, because the
+/// only write that matters after it, the handler's transaction with the completion, commits
+/// durably, and flushing its commit flushes the WAL, claim included, up to that point. So a claim
+/// can only vanish together with everything it led to, and the retry simply claims afresh.
+pub fn claims_pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    let options = connect_options(database_url)?.options([("synchronous_commit", "off")]);
+    Ok(pool_options(max_connections).connect_lazy_with(options))
+}
+
+fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
+    PgConnectOptions::from_str(database_url)
+        .context("DATABASE_URL is not a valid PostgreSQL connection string")
+}
+
+fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
         // A request waiting longer than this for a connection gets 503 rather than hanging.
         .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(database_url)
-        .context("DATABASE_URL is not a valid PostgreSQL connection string")
 }
 
 /// Creates the database if it does not exist, then applies pending migrations.

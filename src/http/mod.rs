@@ -29,9 +29,10 @@ use crate::{
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(pool: PgPool, settings: &Settings) -> Router {
+pub fn router(pool: PgPool, claims: PgPool, settings: &Settings) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
+        claims,
         settings: settings.idempotency,
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
@@ -41,7 +42,10 @@ pub fn router(pool: PgPool, settings: &Settings) -> Router {
     let api = intents::router()
         .merge(idempotency::router())
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
-        .route_layer(from_fn_with_state(pool.clone(), auth::require_merchant));
+        .route_layer(from_fn_with_state(
+            auth::Authenticator::new(pool.clone()),
+            auth::require_merchant,
+        ));
 
     let operations = Router::new()
         .route("/healthz", get(health::healthz))

@@ -36,7 +36,10 @@ const UNSTORED_HEADERS: [HeaderName; 5] = [
 
 #[derive(Clone)]
 pub struct IdempotencyState {
+    /// Request transactions: durable commits.
     pub pool: PgPool,
+    /// Claims and lease releases: commits that need not wait for their WAL flush (see `db::claims_pool`).
+    pub claims: PgPool,
     pub settings: IdempotencySettings,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -141,7 +144,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
 
     let settings = &state.settings;
     let claim = store::claim(
-        &state.pool,
+        &state.claims,
         &scope,
         &key,
         &fingerprint,
@@ -323,7 +326,7 @@ async fn abort(
 ) -> Response {
     if let Some(claimed) = claimed {
         if let Err(e) =
-            store::release_lease(&state.pool, &claimed.scope, &claimed.key, claimed.attempt).await
+            store::release_lease(&state.claims, &claimed.scope, &claimed.key, claimed.attempt).await
         {
             tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
         }

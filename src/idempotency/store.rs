@@ -34,10 +34,11 @@ pub struct StoredResponse {
     pub body: Vec<u8>,
 }
 
-/// The one atomic decision point. A single `INSERT ... ON CONFLICT DO UPDATE ... WHERE` takes the
-/// key when it is free (fresh) or abandoned (takeover); the row lock ON CONFLICT takes makes
-/// concurrent claims of the same key serialize here, so exactly one of them wins. When the WHERE
-/// refuses, the same statement reads the record to tell replay, in-flight and mismatch apart.
+/// The one atomic decision point (SPEC §5.3). A single statement whose `INSERT ... ON CONFLICT DO
+/// UPDATE ... WHERE` takes the key when it is free (fresh) or abandoned (takeover); the row lock
+/// ON CONFLICT takes makes concurrent claims of the same key serialize, so exactly one wins. When
+/// the key is not to be taken, the same statement reads the record to tell replay, in-flight and
+/// mismatch apart, without a write: replays cost one read, no WAL and no lock.
 ///
 /// `attempt` grows on every claim, fresh ones included, so a completion from any earlier attempt
 /// (even one from before a retention reset) can never pass the compare-and-set.
@@ -55,11 +56,20 @@ pub async fn claim(
     for _ in 0..3 {
         let row = sqlx::query!(
             r#"
-            WITH claimed AS (
+            WITH existing AS (
+                SELECT * FROM idempotency_keys WHERE scope = $1 AND key = $2
+            ), claimed AS (
                 INSERT INTO idempotency_keys AS k
                     (scope, key, fingerprint, state, attempt, lease_expires_at, created_at, expires_at)
-                VALUES ($1, $2, $3, 'in_flight', 1,
-                        now() + make_interval(secs => $4), now(), now() + make_interval(secs => $5))
+                SELECT $1, $2, $3, 'in_flight', 1,
+                       now() + make_interval(secs => $4), now(), now() + make_interval(secs => $5)
+                -- Only try to take the key when the record (as of this snapshot) is absent, past its
+                -- retention, or an abandoned attempt of this same request. A replay, a live lease or a
+                -- mismatch then reads without writing or locking anything.
+                 WHERE NOT EXISTS (
+                       SELECT 1 FROM existing e
+                        WHERE e.expires_at > now()
+                          AND (e.state = 'completed' OR e.fingerprint <> $3 OR e.lease_expires_at > now()))
                 ON CONFLICT (scope, key) DO UPDATE SET
                     fingerprint      = excluded.fingerprint,
                     state            = 'in_flight',
@@ -71,6 +81,8 @@ pub async fn claim(
                     response_status  = NULL,
                     response_headers = NULL,
                     response_body    = NULL
+                -- The decision proper, on the latest committed row under its lock: this is what makes
+                -- two racing claims of one key serialize, with exactly one winner.
                 WHERE k.expires_at <= now()
                    OR (k.state = 'in_flight' AND k.fingerprint = excluded.fingerprint AND k.lease_expires_at <= now())
                 -- created_at is reset to this statement's now() exactly when the record starts anew.
@@ -81,13 +93,13 @@ pub async fn claim(
                    NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
               FROM claimed
             UNION ALL
-            SELECT CASE WHEN k.expires_at <= now() THEN 'in_flight' -- a stale snapshot: another claim just reset it
-                        WHEN k.fingerprint <> $3 THEN 'mismatch'
-                        WHEN k.state = 'completed' THEN 'replay'
+            SELECT CASE WHEN e.expires_at <= now() THEN 'in_flight' -- a concurrent claim just reset it
+                        WHEN e.fingerprint <> $3 THEN 'mismatch'
+                        WHEN e.state = 'completed' THEN 'replay'
                         ELSE 'in_flight' END,
-                   k.attempt, k.fingerprint, k.response_status, k.response_headers, k.response_body
-              FROM idempotency_keys k
-             WHERE k.scope = $1 AND k.key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)
+                   e.attempt, e.fingerprint, e.response_status, e.response_headers, e.response_body
+              FROM existing e
+             WHERE NOT EXISTS (SELECT 1 FROM claimed)
             "#,
             scope.as_str(),
             key.as_str(),

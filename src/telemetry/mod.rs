@@ -37,7 +37,11 @@ pub fn init(format: LogFormat) {
             )
             .try_init(),
         LogFormat::Pretty => registry
-            .with(fmt::layer().compact().with_ansi(std::io::stdout().is_terminal()))
+            .with(
+                fmt::layer()
+                    .compact()
+                    .with_ansi(std::io::stdout().is_terminal()),
+            )
             .try_init(),
     };
 }
