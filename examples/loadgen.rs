@@ -41,6 +41,9 @@ struct Args {
     /// Where results.json and chart.svg go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
+    /// Run only these workloads (comma-separated names), for profiling one path.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Extra environment for the API, e.g. DB_MAX_CONNECTIONS=32.
     #[arg(long = "api-env", value_parser = parse_env)]
     api_env: Vec<(String, String)>,
@@ -54,7 +57,6 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 
 const TOKEN: &str = "merchant-demo";
 const BODY: &str = r#"{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}"#;
-const PORT: u16 = 18080;
 
 #[derive(Debug, Clone, Serialize)]
 struct Workload {
@@ -120,93 +122,53 @@ async fn main() -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()?;
-    let base = format!("http://127.0.0.1:{PORT}");
+    let base = server.base.clone();
     let duration = Duration::from_secs(args.seconds);
     let mut workloads = Vec::new();
 
-    // At one client: what the idempotency machinery adds to a single create's latency.
-    let keyed_1 = run(
-        &server,
-        "create_keyed_1_client",
-        1,
-        duration / 2,
-        Op::CreateFresh,
-        &client,
-        &base,
-    )
-    .await;
-    let unkeyed_1 = run(
-        &server,
-        "create_unkeyed_1_client",
-        1,
-        duration / 2,
-        Op::CreateUnkeyed,
-        &client,
-        &base,
-    )
-    .await;
-    let latency_factor = (unkeyed_1.p50_ms > 0.0).then(|| keyed_1.p50_ms / unkeyed_1.p50_ms);
-    workloads.push(keyed_1);
-    workloads.push(unkeyed_1);
-
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|w| w == name);
     let clients = args.clients;
-    workloads.push(
-        run(
-            &server,
-            "create_fresh",
-            clients,
-            duration,
-            Op::CreateFresh,
-            &client,
-            &base,
-        )
-        .await,
-    );
-    let hot: Vec<String> = (0..1000).map(|i| format!("hot-{i}")).collect();
-    for key in &hot {
-        anyhow::ensure!(
-            post(&client, &base, Some(key)).await? == 201,
-            "seeding the hot keys failed"
-        );
+    // At one client first: what the idempotency machinery adds to a single create's latency.
+    let plan: [(&str, usize, Duration); 7] = [
+        ("create_keyed_1_client", 1, duration / 2),
+        ("create_unkeyed_1_client", 1, duration / 2),
+        ("create_fresh", clients, duration),
+        ("replay", clients, duration),
+        ("create_unkeyed", clients, duration),
+        ("get", clients, duration),
+        ("contention_64_one_key", 64, duration),
+    ];
+    for (name, clients, duration) in plan.into_iter().filter(|(name, ..)| wanted(name)) {
+        let op = match name {
+            "create_keyed_1_client" | "create_fresh" => Op::CreateFresh,
+            "create_unkeyed_1_client" | "create_unkeyed" => Op::CreateUnkeyed,
+            "replay" => {
+                eprintln!("loadgen: seeding 1000 completed keys");
+                let hot: Vec<String> = (0..1000).map(|i| format!("hot-{i}")).collect();
+                for key in &hot {
+                    anyhow::ensure!(
+                        post(&client, &base, Some(key)).await? == 201,
+                        "seeding the hot keys failed"
+                    );
+                }
+                Op::Replay(Arc::new(hot))
+            }
+            "get" => {
+                post(&client, &base, None).await?;
+                Op::Get(Arc::new(existing_ids(&database_url).await?))
+            }
+            _ => {
+                workloads.push(contention(&server, clients, duration, &client, &base).await);
+                continue;
+            }
+        };
+        workloads.push(run(&server, name, clients, duration, op, &client, &base).await);
     }
-    workloads.push(
-        run(
-            &server,
-            "replay",
-            clients,
-            duration,
-            Op::Replay(Arc::new(hot)),
-            &client,
-            &base,
-        )
-        .await,
-    );
-    workloads.push(
-        run(
-            &server,
-            "create_unkeyed",
-            clients,
-            duration,
-            Op::CreateUnkeyed,
-            &client,
-            &base,
-        )
-        .await,
-    );
-    let ids = existing_ids(&database_url).await?;
-    workloads.push(
-        run(
-            &server,
-            "get",
-            clients,
-            duration,
-            Op::Get(Arc::new(ids)),
-            &client,
-            &base,
-        )
-        .await,
-    );
-    workloads.push(contention(&server, 64, duration, &client, &base).await);
+    let p50 = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.p50_ms);
+    let latency_factor = match (p50("create_keyed_1_client"), p50("create_unkeyed_1_client")) {
+        (Some(keyed), Some(unkeyed)) if unkeyed > 0.0 => Some(keyed / unkeyed),
+        _ => None,
+    };
     drop(server);
 
     let reference = if args.reference.exists() {
@@ -319,6 +281,7 @@ async fn run(
     client: &reqwest::Client,
     base: &str,
 ) -> Workload {
+    eprintln!("loadgen: {name} with {clients} client(s) for {duration:?}");
     // A short warm-up fills the connection pools on both sides.
     let stop = Arc::new(AtomicBool::new(false));
     let warmup = Duration::from_millis(500);
@@ -390,18 +353,30 @@ async fn contention(
 ) -> Workload {
     let sampler = server.rss_sampler();
     let barrier = Arc::new(Barrier::new(clients));
+    let go_on = Arc::new(AtomicBool::new(true));
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
-            let (client, base, barrier) = (client.clone(), base.to_owned(), barrier.clone());
+            let (client, base, barrier, go_on) = (
+                client.clone(),
+                base.to_owned(),
+                barrier.clone(),
+                go_on.clone(),
+            );
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
                 let mut statuses = BTreeMap::new();
                 let mut errors = 0;
                 for round in 0.. {
+                    // One task decides whether another round starts and all read that decision
+                    // after a second barrier: deciding apart, some would wait for a round
+                    // the others skipped.
+                    if barrier.wait().await.is_leader() {
+                        go_on.store(Instant::now() < deadline, Ordering::SeqCst);
+                    }
                     barrier.wait().await;
-                    if Instant::now() >= deadline {
+                    if !go_on.load(Ordering::SeqCst) {
                         break;
                     }
                     let key = format!("contended-{}-{round}", std::process::id());
@@ -633,6 +608,7 @@ fn chart(report: &Report) -> String {
 /// The API under test, as a child process.
 struct ApiProcess {
     child: Child,
+    base: String,
 }
 
 impl ApiProcess {
@@ -641,10 +617,15 @@ impl ApiProcess {
         database_url: &str,
         env: &[(String, String)],
     ) -> anyhow::Result<Self> {
-        let child = Command::new(bin)
+        // A port of our own, so a stray server from an earlier run can never answer for this one.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut child = Command::new(bin)
             .args(["serve", "--migrate"])
             .env("DATABASE_URL", database_url)
-            .env("BIND_ADDR", format!("127.0.0.1:{PORT}"))
+            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
             .env("BOOTSTRAP_API_KEYS", format!("{TOKEN}=merchant_demo"))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
@@ -653,9 +634,12 @@ impl ApiProcess {
             .context("start payments-api")?;
         let started = Instant::now();
         loop {
-            if let Ok(response) = reqwest::get(format!("http://127.0.0.1:{PORT}/readyz")).await {
+            if let Some(status) = child.try_wait()? {
+                bail!("payments-api exited during start-up: {status}");
+            }
+            if let Ok(response) = reqwest::get(format!("{base}/readyz")).await {
                 if response.status().is_success() {
-                    return Ok(Self { child });
+                    return Ok(Self { child, base });
                 }
             }
             if started.elapsed() > Duration::from_secs(30) {

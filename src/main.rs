@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
         None => serve(cli.serve).await,
         Some(Command::Serve(args)) => serve(args).await,
         Some(Command::Migrate(database)) => {
-            telemetry::init(LogFormat::Pretty);
+            let _logs = telemetry::init(LogFormat::Pretty);
             db::migrate(database.url()?).await?;
             tracing::info!("migrations applied");
             Ok(())
@@ -34,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: payments_api::config::ServeArgs) -> anyhow::Result<()> {
-    telemetry::init(args.log_format);
+    let _logs = telemetry::init(args.log_format);
     let settings = args.settings()?;
     if args.migrate {
         db::migrate(&settings.database_url).await?;

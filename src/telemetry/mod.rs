@@ -14,7 +14,7 @@ use tower_http::{
     classify::{ServerErrorsAsFailures, SharedClassifier},
     trace::{MakeSpan, OnResponse, TraceLayer},
 };
-use tracing::{Span, field::Empty};
+use tracing::Span;
 use tracing_subscriber::{EnvFilter, fmt, layer::SubscriberExt, util::SubscriberInitExt};
 
 use crate::{
@@ -22,28 +22,36 @@ use crate::{
     idempotency::{IdempotencyOutcome, OutcomeKind},
 };
 
-pub fn init(format: LogFormat) {
+/// Keeps the log writer thread alive; dropping it flushes the lines still queued.
+#[must_use = "logs are flushed when the guard is dropped"]
+pub struct LogGuard(#[allow(dead_code)] tracing_appender::non_blocking::WorkerGuard);
+
+/// Installs the subscriber. Lines are written by a dedicated thread, so a slow stdout (a pipe to
+/// a log collector) never stalls request handling; none are dropped. Returns `None` if a
+/// subscriber was already installed (tests start many apps in one process).
+pub fn init(format: LogFormat) -> Option<LogGuard> {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
+    let ansi = std::io::stdout().is_terminal();
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::stdout());
     let registry = tracing_subscriber::registry().with(filter);
-    // try_init: tests start many apps in one process and only the first installs a subscriber.
-    let _ = match format {
+    let installed = match format {
         LogFormat::Json => registry
             .with(
                 fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_current_span(true),
+                    .with_current_span(true)
+                    .with_writer(writer),
             )
             .try_init(),
         LogFormat::Pretty => registry
-            .with(
-                fmt::layer()
-                    .compact()
-                    .with_ansi(std::io::stdout().is_terminal()),
-            )
+            .with(fmt::layer().compact().with_ansi(ansi).with_writer(writer))
             .try_init(),
     };
+    installed.ok().map(|()| LogGuard(guard))
 }
 
 pub type AccessLogLayer = TraceLayer<
@@ -82,7 +90,7 @@ impl<B> MakeSpan<B> for RequestSpan {
             || request.uri().path().to_owned(),
             |p| p.as_str().to_owned(),
         );
-        tracing::info_span!("request", method = %request.method(), route, request_id, merchant = Empty)
+        tracing::info_span!("request", method = %request.method(), route, request_id)
     }
 }
 

@@ -160,7 +160,10 @@ pub fn test_settings(database_url: &str) -> Settings {
 pub async fn serve(settings: Settings) -> String {
     // Quiet by default; TEST_LOG=1 shows the server's log lines.
     if std::env::var_os("TEST_LOG").is_some() {
-        payments_api::telemetry::init(payments_api::config::LogFormat::Pretty);
+        // Kept for the whole test process: the first app to start installs the subscriber.
+        std::mem::forget(payments_api::telemetry::init(
+            payments_api::config::LogFormat::Pretty,
+        ));
     }
     let app = Application::build(&settings).await.expect("build the app");
     let address = format!("http://{}", app.local_addr());
