@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/payments
 BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 export DATABASE_URL BOOTSTRAP_API_KEYS
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check bench
+.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -37,3 +37,8 @@ BENCH_ARGS ?= --clients 32 --seconds 10
 bench: ## release build, HTTP load beside the pgbench reference; writes target/bench/
 	cargo build --release --bin payments-api --example loadgen
 	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)
+
+DURATION ?= 60
+chaos: ## fault run: 3 replicas, PostgreSQL restarts, kills, stalls; then the invariant checker
+	cargo build --release --bin payments-api --example chaos
+	cargo run --release --quiet --example chaos -- --duration $(DURATION)

@@ -1,0 +1,230 @@
+//! The system under test: a private PostgreSQL cluster and three payments-api replicas, each a
+//! separate process on its own port, that the fault injector can kill, pause and restart.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+
+/// A throwaway PostgreSQL cluster, so restarting it in immediate mode disturbs nothing else.
+pub struct Postgres {
+    bin: PathBuf,
+    data: PathBuf,
+    pub port: u16,
+}
+
+impl Postgres {
+    pub fn start_new(port: u16) -> anyhow::Result<Self> {
+        let bin = std::env::var_os("PG_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(find_pg_bin);
+        let data = PathBuf::from(format!("/var/tmp/payments-chaos-pg-{port}"));
+        if data.exists() {
+            std::fs::remove_dir_all(&data)?;
+        }
+        std::fs::create_dir_all(&data)?;
+        if is_root() {
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&data))?;
+        }
+        let pg = Self { bin, data, port };
+        pg.as_owner(&format!(
+            "{} -D {} -U postgres --auth=trust -E UTF8",
+            pg.tool("initdb"),
+            pg.data.display()
+        ))?;
+        pg.start()?;
+        Ok(pg)
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    pub fn start(&self) -> anyhow::Result<()> {
+        self.as_owner(&format!(
+            "{} -D {} -l {}/server.log -w -t 60 -o '-p {} -k /tmp -c max_connections=300' start",
+            self.tool("pg_ctl"),
+            self.data.display(),
+            self.data.display(),
+            self.port
+        ))
+    }
+
+    /// Stops like a crash: no checkpoint, crash recovery at the next start.
+    pub fn stop_immediate(&self) -> anyhow::Result<()> {
+        self.as_owner(&format!(
+            "{} -D {} -m immediate -w stop",
+            self.tool("pg_ctl"),
+            self.data.display()
+        ))
+    }
+
+    fn tool(&self, name: &str) -> String {
+        self.bin.join(name).display().to_string()
+    }
+
+    /// initdb and pg_ctl refuse to run as root: run them as the postgres user when we are root.
+    fn as_owner(&self, command: &str) -> anyhow::Result<()> {
+        let mut cmd = if is_root() {
+            let mut c = Command::new("su");
+            c.args(["postgres", "-s", "/bin/sh", "-c", command]);
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args(["-c", command]);
+            c
+        };
+        run(cmd.current_dir("/tmp"))
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self.as_owner(&format!(
+            "{} -D {} -m fast -w stop",
+            self.tool("pg_ctl"),
+            self.data.display()
+        ));
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+fn find_pg_bin() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .collect()
+        })
+        .unwrap_or_default();
+    versions.sort();
+    versions
+        .pop()
+        .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{cmd:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// One payments-api process.
+pub struct Replica {
+    pub index: usize,
+    pub port: u16,
+    bin: PathBuf,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+    /// Process ids this replica has had: a restart by the fault injector adds one.
+    pub pids: Vec<u32>,
+}
+
+impl Replica {
+    pub fn new(
+        index: usize,
+        port: u16,
+        bin: &Path,
+        env: Vec<(String, String)>,
+        log_dir: &Path,
+    ) -> Self {
+        let log = log_dir.join(format!("replica-{index}.log"));
+        Self {
+            index,
+            port,
+            bin: bin.to_owned(),
+            env,
+            log,
+            child: None,
+            pids: Vec::new(),
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(&self.bin)
+            .arg("serve")
+            .env("BIND_ADDR", format!("127.0.0.1:{}", self.port))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .context("start payments-api")?;
+        self.pids.push(child.id());
+        self.child = Some(child);
+        let started = Instant::now();
+        while reqwest::get(format!("{}/healthz", self.base()))
+            .await
+            .is_err()
+        {
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "replica {} did not start; see {}",
+                    self.index,
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// Whether the process this replica last started is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        self.kill();
+    }
+}

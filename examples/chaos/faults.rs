@@ -1,0 +1,190 @@
+//! Faults on a schedule while the load runs, each recorded with its time window.
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use sqlx::{Connection, PgConnection};
+use tokio::sync::Mutex;
+
+use crate::{
+    client::Shared,
+    cluster::{Postgres, Replica},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    KillReplica,
+    RestartPostgres,
+    TerminateBackends,
+    StallWrites,
+    PauseReplica,
+}
+
+impl FaultKind {
+    pub const ROTATION: [FaultKind; 5] = [
+        FaultKind::KillReplica,
+        FaultKind::RestartPostgres,
+        FaultKind::TerminateBackends,
+        FaultKind::StallWrites,
+        FaultKind::PauseReplica,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::KillReplica => "SIGKILL a replica, restart it",
+            Self::RestartPostgres => "restart PostgreSQL (immediate)",
+            Self::TerminateBackends => "pg_terminate_backend (all)",
+            Self::StallWrites => "stall writes past the lease",
+            Self::PauseReplica => "SIGSTOP a replica past its lease",
+        }
+    }
+
+    /// Faults during which the database is unreachable or stalled, so 503 is a fair answer.
+    pub fn impairs_database(self) -> bool {
+        matches!(
+            self,
+            Self::RestartPostgres | Self::TerminateBackends | Self::StallWrites
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub replica: Option<usize>,
+    pub started: Duration,
+    pub ended: Duration,
+}
+
+pub struct Injector {
+    pub shared: Arc<Shared>,
+    pub postgres: Arc<Postgres>,
+    pub replicas: Arc<Mutex<Vec<Replica>>>,
+    pub database_url: String,
+    pub lease: Duration,
+    pub every: Duration,
+}
+
+impl Injector {
+    /// Injects faults in rotation until the load stops.
+    pub async fn run(self) -> Vec<Fault> {
+        let mut faults = Vec::new();
+        for round in 0.. {
+            tokio::time::sleep(self.every).await;
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let kind = FaultKind::ROTATION[round % FaultKind::ROTATION.len()];
+            let replica = round % 3;
+            let started = self.shared.started.elapsed();
+            eprintln!("chaos: {:>6.1}s {}", started.as_secs_f64(), kind.name());
+            if let Err(e) = self.inject(kind, replica).await {
+                eprintln!("chaos: fault {kind:?} failed: {e:#}");
+            }
+            let ended = self.shared.started.elapsed();
+            let replica =
+                matches!(kind, FaultKind::KillReplica | FaultKind::PauseReplica).then_some(replica);
+            faults.push(Fault {
+                kind,
+                replica,
+                started,
+                ended,
+            });
+        }
+        faults
+    }
+
+    async fn inject(&self, kind: FaultKind, replica: usize) -> anyhow::Result<()> {
+        let past_the_lease = self.lease + Duration::from_secs(1);
+        match kind {
+            FaultKind::KillReplica => {
+                self.replicas.lock().await[replica].kill();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.replicas.lock().await[replica].start().await?;
+            }
+            FaultKind::RestartPostgres => {
+                let postgres = self.postgres.clone();
+                tokio::task::spawn_blocking(move || {
+                    postgres.stop_immediate()?;
+                    std::thread::sleep(Duration::from_secs(2));
+                    postgres.start()
+                })
+                .await??;
+            }
+            FaultKind::TerminateBackends => {
+                let mut conn = PgConnection::connect(&self.database_url).await?;
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .execute(&mut conn)
+                .await?;
+            }
+            FaultKind::StallWrites => {
+                let mut conn = PgConnection::connect(&self.database_url).await?;
+                let mut tx = conn.begin().await?;
+                sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
+                    .execute(&mut *tx)
+                    .await?;
+                tokio::time::sleep(past_the_lease).await;
+                tx.rollback().await?;
+            }
+            FaultKind::PauseReplica => {
+                self.replicas.lock().await[replica].signal("STOP");
+                tokio::time::sleep(past_the_lease).await;
+                self.replicas.lock().await[replica].signal("CONT");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves the expiry of a few created intents into the past now and then, so the sweepers of all
+/// replicas have work that races the merchants' cancels.
+pub async fn age_intents(shared: Arc<Shared>, database_url: String) -> u64 {
+    let mut aged = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let Ok(mut conn) = PgConnection::connect(&database_url).await else {
+            continue;
+        };
+        if let Ok(done) = sqlx::query(
+            "UPDATE payment_intents SET expires_at = now() WHERE (merchant_id, id) IN \
+             (SELECT merchant_id, id FROM payment_intents WHERE state = 'created' ORDER BY random() LIMIT 4)",
+        )
+        .execute(&mut conn)
+        .await
+        {
+            aged += done.rows_affected();
+        }
+    }
+    aged
+}
+
+/// Samples every replica's /readyz, to show each one rides out the database restart by itself.
+/// The probe answers within about 2 s even with the database down, so a sample waits up to 3 s.
+pub async fn watch_readiness(shared: Arc<Shared>) -> Vec<(Duration, usize, u16)> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .expect("client");
+    let mut samples = Vec::new();
+    while !shared.stop.load(Ordering::Relaxed) {
+        let probes = shared.bases.iter().enumerate().map(|(i, base)| {
+            let http = http.clone();
+            let shared = shared.clone();
+            async move {
+                let status = match http.get(format!("{base}/readyz")).send().await {
+                    Ok(r) => r.status().as_u16(),
+                    Err(_) => 0,
+                };
+                (shared.started.elapsed(), i, status)
+            }
+        });
+        samples.extend(futures::future::join_all(probes).await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    samples
+}

@@ -1,0 +1,248 @@
+//! `make chaos`: a Jepsen-style fault run. Three payments-api replicas on one private PostgreSQL,
+//! merchant-like clients that retry every operation until it has a final answer, faults injected
+//! on a schedule, then a checker that reads the whole history and the database.
+
+mod checker;
+mod client;
+mod cluster;
+mod faults;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use sqlx::{Connection, PgConnection, postgres::PgPoolOptions};
+use tokio::sync::Mutex;
+
+use crate::{
+    client::{Outcome, Shared},
+    cluster::{Postgres, Replica},
+    faults::{FaultKind, Injector},
+};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Seconds of load with faults.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Concurrent merchant clients.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Seconds between faults.
+    #[arg(long, default_value_t = 5)]
+    fault_every: u64,
+    /// Port of the private PostgreSQL; the replicas take the three after it.
+    #[arg(long, default_value_t = 55432)]
+    port: u16,
+    /// The payments-api binary (default: the release build next to this example).
+    #[arg(long)]
+    api: Option<PathBuf>,
+    /// Where replica logs go.
+    #[arg(long, default_value = "target/chaos")]
+    out: PathBuf,
+}
+
+const LEASE_SECONDS: u64 = 4;
+const REQUEST_TIMEOUT_SECONDS: u64 = 3;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let api = match &args.api {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(|p| p.parent())
+            .context("cannot locate the target directory")?
+            .join("payments-api"),
+    };
+    if !api.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release --bin payments-api`",
+            api.display()
+        );
+    }
+    std::fs::create_dir_all(&args.out)?;
+
+    let postgres =
+        Arc::new(tokio::task::spawn_blocking(move || Postgres::start_new(args.port)).await??);
+    let database_url = postgres.url("payments_chaos");
+    let status = std::process::Command::new(&api)
+        .arg("migrate")
+        .env("DATABASE_URL", &database_url)
+        .output()?;
+    if !status.status.success() {
+        bail!(
+            "migrate failed: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
+
+    let env = vec![
+        ("DATABASE_URL".to_owned(), database_url.clone()),
+        (
+            "BOOTSTRAP_API_KEYS".to_owned(),
+            "merchant-demo=merchant_demo,merchant-other=merchant_other".to_owned(),
+        ),
+        (
+            "IDEMPOTENCY_LEASE_SECONDS".to_owned(),
+            LEASE_SECONDS.to_string(),
+        ),
+        (
+            "REQUEST_TIMEOUT_SECONDS".to_owned(),
+            REQUEST_TIMEOUT_SECONDS.to_string(),
+        ),
+        ("SWEEP_INTERVAL_SECONDS".to_owned(), "1".to_owned()),
+        ("DB_MAX_CONNECTIONS".to_owned(), "8".to_owned()),
+        ("RUST_LOG".to_owned(), "info".to_owned()),
+    ];
+    let mut replicas = Vec::new();
+    for index in 0..3 {
+        let mut replica = Replica::new(
+            index,
+            args.port + 1 + index as u16,
+            &api,
+            env.clone(),
+            &args.out,
+        );
+        replica.start().await?;
+        replicas.push(replica);
+    }
+    let shared = Shared::new(replicas.iter().map(Replica::base).collect());
+    let replicas = Arc::new(Mutex::new(replicas));
+    println!(
+        "chaos: 3 replicas, {} clients, {} s of load, a fault every {} s (lease {LEASE_SECONDS} s, timeout {REQUEST_TIMEOUT_SECONDS} s)",
+        args.clients, args.duration, args.fault_every
+    );
+
+    let clients: Vec<_> = (0..args.clients)
+        .map(|i| tokio::spawn(client::run_client(shared.clone(), i)))
+        .collect();
+    let injector = tokio::spawn(
+        Injector {
+            shared: shared.clone(),
+            postgres: postgres.clone(),
+            replicas: replicas.clone(),
+            database_url: database_url.clone(),
+            lease: Duration::from_secs(LEASE_SECONDS),
+            every: Duration::from_secs(args.fault_every),
+        }
+        .run(),
+    );
+    let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
+    let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
+
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    // Stop new operations; the ones under way keep retrying until they have a final answer.
+    let recovery = Duration::from_secs(LEASE_SECONDS + REQUEST_TIMEOUT_SECONDS);
+    *shared.give_up_at.lock().unwrap() =
+        Some(std::time::Instant::now() + recovery + Duration::from_secs(30));
+    shared
+        .stop
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let faults = injector.await?;
+    for client in clients {
+        client.await?;
+    }
+    let aged = ager.await?;
+    let readiness = readiness.await?;
+    let replica_pids: Vec<Vec<u32>> = {
+        let mut replicas = replicas.lock().await;
+        for replica in replicas.iter_mut() {
+            replica.signal("CONT");
+            if !replica.alive() {
+                eprintln!("chaos: replica {} died on its own", replica.index);
+            }
+        }
+        replicas.iter().map(|r| r.pids.clone()).collect()
+    };
+    // Leases and timeouts of the last attempts run out before the database is judged.
+    tokio::time::sleep(recovery).await;
+
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&database_url)
+        .await?;
+    let history = shared.history.lock().unwrap().clone();
+    let unresolved = shared.unresolved.lock().unwrap().clone();
+    summary(&history, &faults, aged, &pool).await?;
+    let verdict = checker::check(
+        &pool,
+        checker::Inputs {
+            history: &history,
+            unresolved: &unresolved,
+            faults: &faults,
+            readiness: &readiness,
+            replica_pids: &replica_pids,
+            grace: Duration::from_secs(5),
+        },
+    )
+    .await?;
+    verdict.print();
+    for op in &unresolved {
+        println!(
+            "unresolved: operation {} ({:?}) key {:?}",
+            op.op, op.kind, op.key
+        );
+    }
+    drop(pool);
+    let mut admin = PgConnection::connect(&postgres.url("postgres")).await?;
+    sqlx::query("SELECT 1").execute(&mut admin).await?;
+    if verdict.held() {
+        println!("\nchaos: every invariant held");
+        Ok(())
+    } else {
+        bail!(
+            "chaos: invariants violated; replica logs in {}",
+            args.out.display()
+        )
+    }
+}
+
+async fn summary(
+    history: &[client::Exchange],
+    faults: &[faults::Fault],
+    aged: u64,
+    pool: &sqlx::PgPool,
+) -> anyhow::Result<()> {
+    let mut by_fault = std::collections::BTreeMap::<FaultKind, usize>::new();
+    for fault in faults {
+        *by_fault.entry(fault.kind).or_default() += 1;
+    }
+    println!("\nfaults injected:");
+    for (kind, n) in &by_fault {
+        println!("  {:<36} {n}", kind.name());
+    }
+    let mut statuses = std::collections::BTreeMap::<String, usize>::new();
+    for e in history {
+        let label = match &e.outcome {
+            Outcome::Answer {
+                status,
+                error: Some(error),
+                ..
+            } if *status >= 400 => format!("{status} {error}"),
+            Outcome::Answer {
+                status,
+                replayed: true,
+                ..
+            } => format!("{status} replayed"),
+            Outcome::Answer { status, .. } => status.to_string(),
+            Outcome::NoAnswer => "no answer (timeout, refused, reset)".to_owned(),
+        };
+        *statuses.entry(label).or_default() += 1;
+    }
+    let ops: std::collections::HashSet<u64> = history.iter().map(|e| e.op).collect();
+    println!("\nrequests: {} for {} operations", history.len(), ops.len());
+    for (label, n) in &statuses {
+        println!("  {label:<48} {n}");
+    }
+    let (intents, expired): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE cancellation_reason = 'expired') FROM payment_intents",
+    )
+    .fetch_one(pool)
+    .await?;
+    println!(
+        "\nintents: {intents}; aged by the harness: {aged}; expired by the sweepers: {expired}"
+    );
+    Ok(())
+}
