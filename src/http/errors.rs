@@ -58,6 +58,9 @@ pub enum ApiError {
     Database(#[from] sqlx::Error),
     #[error("the request did not finish within {seconds} s; retry with the same Idempotency-Key")]
     Timeout { seconds: u64 },
+    /// The client did not send its whole body within the request timeout.
+    #[error("the request body did not arrive within {seconds} s")]
+    BodyTimeout { seconds: u64 },
     /// Not ready to serve (readiness probe).
     #[error("{0}")]
     Unready(String),
@@ -84,6 +87,7 @@ impl ApiError {
             Self::Unauthorized => "unauthorized",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::BodyTimeout { .. } => "request_timeout",
             Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::IdempotencyKeyLeaseLost { .. } => "idempotency_key_lease_lost",
             Self::InvalidStateTransition(_) => "invalid_state_transition",
@@ -103,6 +107,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::IdempotencyKeyInFlight { .. }
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,

@@ -134,6 +134,11 @@ fn idempotent_post(operation: &mut Operation) {
         "409",
         "`idempotency_key_in_flight` (with `Retry-After`), `idempotency_key_lease_lost`, or `invalid_state_transition`",
     );
+    add_error(
+        operation,
+        "408",
+        "`request_timeout`: the body did not arrive within the request timeout",
+    );
     add_error(operation, "413", "`payload_too_large`");
     add_error(
         operation,

@@ -116,9 +116,18 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
                 "idempotency layer mounted without authentication"
             )))
         })?;
-    let (request, body) = buffer_body(request, state.max_body_bytes)
-        .await
-        .map_err(rejected)?;
+    // A client that trickles its body must not hold the request open past the request timeout.
+    let (request, body) = tokio::time::timeout(
+        state.request_timeout,
+        buffer_body(request, state.max_body_bytes),
+    )
+    .await
+    .map_err(|_| {
+        rejected(ApiError::BodyTimeout {
+            seconds: state.request_timeout.as_secs(),
+        })
+    })?
+    .map_err(rejected)?;
 
     let Some(key) = key else {
         if state.settings.key_required {

@@ -320,6 +320,8 @@ impl Answer {
 pub struct ServerProcess {
     pub child: Child,
     pub address: String,
+    /// Where the child's stdout and stderr go.
+    pub log: std::path::PathBuf,
 }
 
 impl ServerProcess {
@@ -331,14 +333,16 @@ impl ServerProcess {
             .local_addr()
             .unwrap()
             .port();
+        let log_path = std::env::temp_dir().join(format!("payments-api-test-{port}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
             .arg("serve")
             .env("DATABASE_URL", database_url)
             .env("BIND_ADDR", format!("127.0.0.1:{port}"))
             .env("BOOTSTRAP_API_KEYS", "merchant-demo=merchant_demo")
             .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("start payments-api");
         let address = format!("http://127.0.0.1:{port}");
@@ -356,7 +360,11 @@ impl ServerProcess {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Self { child, address }
+        Self {
+            child,
+            address,
+            log: log_path,
+        }
     }
 }
 
@@ -365,5 +373,13 @@ impl Drop for ServerProcess {
         // A failed test must not leave a server running.
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+impl ServerProcess {
+    /// Everything the server has logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }

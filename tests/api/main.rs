@@ -9,3 +9,4 @@ mod intents;
 mod leases;
 mod lifecycle;
 mod operations;
+mod security;

@@ -1,0 +1,334 @@
+//! Issue 6: isolation between merchants, hostile input, secrets, slow clients.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::helpers::{
+    Answer, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, ServerProcess, TestApp, body_with_amount,
+};
+
+#[tokio::test]
+async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
+    let app = TestApp::spawn().await;
+    let a = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("k-shared"), SEED_BODY)
+            .await,
+    )
+    .await;
+    let a_id = a.json()["id"].as_str().unwrap().to_owned();
+    Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("k-a-only"), SEED_BODY)
+            .await,
+    )
+    .await;
+    let url = |path: &str| format!("{}{path}", app.address);
+
+    // Reads and state changes of A's intent: not found, and nothing changes.
+    assert_eq!(app.get_intent(OTHER_TOKEN, &a_id).await.status(), 404);
+    for key in [None, Some("b-cancel")] {
+        let mut request = app
+            .client
+            .post(url(&format!("/v1/payment_intents/{a_id}/cancel")))
+            .bearer_auth(OTHER_TOKEN);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 404);
+    }
+    let a_now = Answer::of(app.get_intent(DEMO_TOKEN, &a_id).await)
+        .await
+        .json();
+    assert_eq!(
+        (a_now["state"].as_str(), a_now["version"].as_i64()),
+        (Some("created"), Some(1))
+    );
+
+    // Listings and cursors never show A's data.
+    let list = Answer::of(
+        app.client
+            .get(url("/v1/payment_intents"))
+            .bearer_auth(OTHER_TOKEN)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(!list.body.contains(&a_id));
+    let cursor = app
+        .client
+        .get(url(&format!("/v1/payment_intents?starting_after={a_id}")))
+        .bearer_auth(OTHER_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cursor.status(), 400);
+
+    // A's keys: invisible to B, and B's use of the same names runs independently.
+    let lookup = app
+        .client
+        .get(url("/v1/idempotency_keys/k-shared"))
+        .bearer_auth(OTHER_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lookup.status(), 404);
+    let b_same = Answer::of(
+        app.create_intent(OTHER_TOKEN, Some("k-shared"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (b_same.status, b_same.header("idempotent-replayed")),
+        (201, None)
+    );
+    assert_ne!(b_same.json()["id"], a_id.as_str());
+    let b_other_body = Answer::of(
+        app.create_intent(OTHER_TOKEN, Some("k-a-only"), &body_with_amount("42"))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        b_other_body.status, 201,
+        "A's key cannot be blocked by B: {}",
+        b_other_body.body
+    );
+}
+
+#[tokio::test]
+async fn hostile_input_gets_4xx_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let sql = "'; DROP TABLE payment_intents; --";
+    let mut bodies: Vec<Vec<u8>> = ["chain", "token", "payer", "merchant", "amount"]
+        .iter()
+        .flat_map(|field| {
+            let pattern = format!("\"{field}\":\"");
+            let at = SEED_BODY.find(&pattern).unwrap() + pattern.len();
+            let end = at + SEED_BODY[at..].find('"').unwrap();
+            [
+                sql.to_owned(),
+                "\\u0000".to_owned(),
+                "9".repeat(5000),
+                "1e999".to_owned(),
+            ]
+            .into_iter()
+            .map(move |value| {
+                format!("{}{value}{}", &SEED_BODY[..at], &SEED_BODY[end..]).into_bytes()
+            })
+        })
+        .collect();
+    bodies.push(SEED_BODY.replace("900}", "1e30}").into_bytes());
+    bodies.push(
+        SEED_BODY
+            .replace("900}", "99999999999999999999999999}")
+            .into_bytes(),
+    );
+    bodies.push(
+        SEED_BODY
+            .replace("900}", &format!("\"{sql}\"}}"))
+            .into_bytes(),
+    );
+    bodies.push(b"{\"amount\":\"1\xff\xfe\"}".to_vec());
+    bodies.push(b"\0\0\0".to_vec());
+    bodies.push(SEED_BODY.replace("{", "{\"__proto__\":1,").into_bytes());
+
+    for body in bodies {
+        let answer = app
+            .client
+            .post(format!("{}/v1/payment_intents", app.address))
+            .bearer_auth(DEMO_TOKEN)
+            .header(
+                "idempotency-key",
+                format!("hostile-{}", uuid::Uuid::new_v4()),
+            )
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap();
+        assert_eq!(status, 400, "{}: {text}", String::from_utf8_lossy(&body));
+        assert!(
+            !text.to_lowercase().contains("sqlx") && !text.contains("panicked"),
+            "{text}"
+        );
+    }
+    for path in [
+        "/v1/payment_intents/'%20OR%201=1--",
+        "/v1/payment_intents/%00",
+        "/v1/payment_intents/%ff%fe",
+        &format!("/v1/payment_intents/pi_{}", "0".repeat(5000)),
+    ] {
+        let answer = app
+            .client
+            .get(format!("{}{path}", app.address))
+            .bearer_auth(DEMO_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_client_error(),
+            "{path}: {}",
+            answer.status()
+        );
+    }
+    for key in ["'%27;--", "pi_%00", "%ff"] {
+        let answer = app
+            .client
+            .get(format!("{}/v1/idempotency_keys/{key}", app.address))
+            .bearer_auth(DEMO_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_client_error(),
+            "{key}: {}",
+            answer.status()
+        );
+    }
+    assert_eq!(app.intent_count().await, 0, "nothing was written");
+    // A key made of SQL metacharacters is just a key.
+    let odd_key = Answer::of(
+        app.create_intent(
+            DEMO_TOKEN,
+            Some("';DROP_TABLE_payment_intents;--"),
+            SEED_BODY,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(odd_key.status, 201);
+    assert_eq!(app.intent_count().await, 1);
+}
+
+#[tokio::test]
+async fn tokens_and_database_passwords_never_reach_logs_or_bodies() {
+    let app = TestApp::spawn().await;
+    let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
+    let role = format!("app_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+    ))
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let (before_at, after_at) = app.database_url.split_once('@').unwrap();
+    let scheme = before_at.split("//").next().unwrap();
+    let url = format!("{scheme}//{role}:{password}@{after_at}");
+    let secret_token = format!("sk_{}", uuid::Uuid::new_v4().simple());
+    let unknown_token = format!("sk_{}", uuid::Uuid::new_v4().simple());
+    let bootstrap = format!("{secret_token}=merchant_secret");
+
+    let server = ServerProcess::start(
+        &url,
+        &[("BOOTSTRAP_API_KEYS", &bootstrap), ("RUST_LOG", "debug")],
+    )
+    .await;
+    let unreachable = url.replace(after_at.split('/').next().unwrap(), "127.0.0.1:1");
+    let down = ServerProcess::start(
+        &unreachable,
+        &[("RUST_LOG", "debug"), ("BOOTSTRAP_API_KEYS", "")],
+    )
+    .await;
+
+    let mut bodies = Vec::new();
+    for (base, token) in [
+        (&server.address, &secret_token),
+        (&server.address, &unknown_token),
+        (&down.address, &secret_token),
+    ] {
+        for body in [
+            SEED_BODY.to_owned(),
+            body_with_amount("0"),
+            "garbage".to_owned(),
+        ] {
+            let answer = app
+                .client
+                .post(format!("{base}/v1/payment_intents"))
+                .bearer_auth(token)
+                .header("idempotency-key", "secret-test")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            bodies.push(answer.text().await.unwrap());
+        }
+    }
+    let logs = format!("{}\n{}", server.logs(), down.logs());
+    assert!(
+        logs.contains("201"),
+        "the server did log the requests:\n{logs}"
+    );
+    for secret in [&password, &secret_token, &unknown_token] {
+        assert!(!logs.contains(secret.as_str()), "a secret reached the logs");
+        assert!(
+            bodies.iter().all(|b| !b.contains(secret.as_str())),
+            "a secret reached a response body"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_body_is_cut_off_while_others_are_served() {
+    let app = TestApp::spawn_with(|s| {
+        s.request_timeout = Duration::from_secs(1);
+        s.idempotency.lease = Duration::from_secs(2);
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_TOKEN}\r\nIdempotency-Key: slow-1\r\nContent-Length: {}\r\n\r\n{{",
+        SEED_BODY.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+
+    // Meanwhile everybody else is served.
+    assert_eq!(
+        app.create_intent(DEMO_TOKEN, Some("fast-1"), SEED_BODY)
+            .await
+            .status(),
+        201
+    );
+
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow.read_to_end(&mut response)).await;
+    let response = String::from_utf8_lossy(&response);
+    assert!(read.is_ok(), "the slow request was not cut off");
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(response.contains("request_timeout"), "{response}");
+    assert!(
+        app.key_record(crate::helpers::DEMO_MERCHANT, "slow-1")
+            .await
+            .is_none(),
+        "nothing was claimed"
+    );
+}
+
+#[tokio::test]
+async fn new_api_tokens_carry_256_random_bits() {
+    let app = TestApp::spawn().await;
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .args(["api-keys", "create", "--merchant", "merchant_new"])
+            .env("DATABASE_URL", &app.database_url)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let token = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+        assert!(
+            token.starts_with("sk_")
+                && token.len() == 3 + 64
+                && token[3..].bytes().all(|b| b.is_ascii_hexdigit())
+        );
+        tokens.push(token);
+    }
+    assert_ne!(tokens[0], tokens[1]);
+    let answer = app.create_intent(&tokens[0], None, SEED_BODY).await;
+    assert_eq!(answer.status(), 201, "the new token authenticates");
+}
