@@ -1,8 +1,13 @@
 //! Wires settings, database and router into a running server.
 
-use std::{future::IntoFuture, net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use anyhow::Context;
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 
@@ -59,33 +64,58 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
         let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
-        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            let _ = stopping_tx.send(());
-        });
-        // Idle keep-alive connections or a client that never reads must not hold the exit.
-        let grace = self.request_timeout + Duration::from_secs(1);
-        let deadline = async move {
-            if stopping_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        let served = tokio::select! {
-            served = server.into_future() => served,
-            () = deadline => {
-                tracing::warn!("connections still open after the grace period; exiting anyway");
-                Ok(())
-            }
-        };
+        serve(self.listener, self.router, self.request_timeout).await;
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
-        served.context("server failed")?;
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// The accept loop. It is `axum::serve` plus what that lacks: a deadline for reading a request's
+/// headers (hyper only enforces one when given a timer, which `axum::serve` never does), so a
+/// client that trickles its headers (slow loris) is cut off after the request timeout instead of
+/// holding a connection forever. The body has the same deadline in the idempotency layer.
+async fn serve(listener: TcpListener, router: axum::Router, request_timeout: Duration) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(request_timeout);
+    let connections = GracefulShutdown::new();
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = http.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(router.clone()),
+        );
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            // Errors here are a client's (reset, malformed, too slow): nothing to report.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    // Idle keep-alive connections are closed at once; busy ones finish their request, within the
+    // request timeout plus a little, or are dropped (their transactions roll back).
+    tokio::select! {
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(request_timeout + Duration::from_secs(1)) => {
+            tracing::warn!("connections still open after the grace period; exiting anyway");
+        }
     }
 }
 

@@ -332,3 +332,34 @@ async fn new_api_tokens_carry_256_random_bits() {
     let answer = app.create_intent(&tokens[0], None, SEED_BODY).await;
     assert_eq!(answer.status(), 201, "the new token authenticates");
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    let app = TestApp::spawn_with(|s| {
+        s.request_timeout = Duration::from_secs(1);
+        s.idempotency.lease = Duration::from_secs(2);
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut silent = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let mut trickling = tokio::net::TcpStream::connect(&address).await.unwrap();
+    trickling
+        .write_all(b"POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+
+    // Meanwhile everybody else is served.
+    assert_eq!(
+        app.create_intent(DEMO_TOKEN, None, SEED_BODY)
+            .await
+            .status(),
+        201
+    );
+
+    for (name, stream) in [("silent", &mut silent), ("trickling", &mut trickling)] {
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "the {name} connection was not closed");
+    }
+}
