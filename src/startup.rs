@@ -77,10 +77,14 @@ impl Application {
 /// headers (hyper only enforces one when given a timer, which `axum::serve` never does), so a
 /// client that trickles its headers (slow loris) is cut off after the request timeout instead of
 /// holding a connection forever. The body has the same deadline in the idempotency layer.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 async fn serve(listener: TcpListener, router: axum::Router, request_timeout: Duration) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(request_timeout);
+        .header_read_timeout(request_timeout)
+        // Our requests carry a few small headers; a 64 KiB head is already absurd (431 beyond).
+        .max_buf_size(MAX_HEAD_BYTES);
     let connections = GracefulShutdown::new();
     let signal = shutdown_signal();
     tokio::pin!(signal);

@@ -363,3 +363,25 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
         assert!(closed.is_ok(), "the {name} connection was not closed");
     }
 }
+
+#[tokio::test]
+async fn oversized_headers_are_refused() {
+    let app = TestApp::spawn().await;
+    let answer = app
+        .client
+        .get(format!("{}/healthz", app.address))
+        .header("x-padding", "a".repeat(256 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 431);
+    assert_eq!(
+        app.client
+            .get(format!("{}/healthz", app.address))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
