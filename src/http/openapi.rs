@@ -57,6 +57,10 @@ pub fn document() -> String {
     json
 }
 
+/// The bare form of a key (SPEC §5.1): 1-255 visible ASCII characters, not starting with a quote
+/// (a leading quote announces the RFC 8941 form, which the description explains).
+pub const KEY_PATTERN: &str = "^[!#-~][!-~]{0,254}$";
+
 struct GenericLayers;
 
 impl Modify for GenericLayers {
@@ -107,7 +111,7 @@ fn idempotent_post(operation: &mut Operation) {
         .description(Some(
             "Names this operation: the same key with the same request is executed once and always answered with the same stored response for 24 h. 1-255 visible ASCII characters, or an RFC 8941 string \"...\".",
         ))
-        .schema(Some(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(257))))
+        .schema(Some(ObjectBuilder::new().schema_type(Type::String).pattern(Some(KEY_PATTERN))))
         .build();
     operation.parameters.get_or_insert_with(Vec::new).push(key);
 

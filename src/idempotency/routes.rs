@@ -40,7 +40,7 @@ pub struct KeyRecord {
     path = "/v1/idempotency_keys/{key}",
     operation_id = "retrieve_idempotency_key",
     tag = "idempotency",
-    params(("key" = String, Path, description = "The Idempotency-Key, percent-encoded")),
+    params(("key" = String, Path, pattern = "^[!#-~][!-~]{0,254}$", description = "The Idempotency-Key, percent-encoded")),
     responses(
         (status = 200, description = "Your record of this key", body = KeyRecord),
         (status = 400, description = "`idempotency_key_invalid`", body = crate::http::errors::ErrorBody),
