@@ -4,7 +4,7 @@ DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/payments
 BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 export DATABASE_URL BOOTSTRAP_API_KEYS
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos schemathesis
+.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos schemathesis fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -46,3 +46,7 @@ chaos: ## fault run: 3 replicas, PostgreSQL restarts, kills, stalls; then the in
 schemathesis: ## Schemathesis (PyPI) against /openapi.json of a live debug build
 	cargo build --bin payments-api
 	bash scripts/schemathesis.sh "$$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/payments-api"
+
+FUZZ_SECONDS ?= 60
+fuzz: ## cargo-fuzz over the request path (nightly) from the committed corpus
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
