@@ -292,55 +292,25 @@ async fn run(
             let (op, client, base, stop) =
                 (op.clone(), client.clone(), base.to_owned(), stop.clone());
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(100_000);
-                let mut statuses = BTreeMap::new();
-                let mut errors = 0;
+                let mut tally = Tally::default();
                 let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
                 let measure_from = Instant::now() + warmup;
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
                     let result = once(&op, &client, &base, &mut rng).await;
-                    if t < measure_from {
-                        continue;
-                    }
-                    match result {
-                        Ok(status) => {
-                            latencies.push(t.elapsed().as_micros() as u64);
-                            *statuses.entry(status).or_insert(0u64) += 1;
-                            if status >= 500 {
-                                errors += 1;
-                            }
-                        }
-                        Err(_) => errors += 1,
+                    if t >= measure_from {
+                        tally.record(t, result);
                     }
                 }
-                (latencies, statuses, errors)
+                tally
             })
         })
         .collect();
     tokio::time::sleep(warmup + duration).await;
     stop.store(true, Ordering::Relaxed);
-    let mut latencies = Vec::new();
-    let mut statuses = BTreeMap::new();
-    let mut errors = 0;
-    for task in tasks {
-        let (l, s, e) = task.await.expect("client task");
-        latencies.extend(l);
-        for (status, n) in s {
-            *statuses.entry(status).or_insert(0) += n;
-        }
-        errors += e;
-    }
+    let tally = Tally::gather(tasks).await;
     let elapsed = started.elapsed().saturating_sub(warmup);
-    summarize(
-        name,
-        clients,
-        latencies,
-        statuses,
-        errors,
-        elapsed,
-        sampler.stop().await,
-    )
+    tally.summarize(name, clients, elapsed, sampler.stop().await)
 }
 
 /// 64 clients fire the same new key at once, round after round: one execution per round.
@@ -365,9 +335,7 @@ async fn contention(
                 go_on.clone(),
             );
             tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                let mut statuses = BTreeMap::new();
-                let mut errors = 0;
+                let mut tally = Tally::default();
                 for round in 0.. {
                     // One task decides whether another round starts and all read that decision
                     // after a second barrier: deciding apart, some would wait for a round
@@ -381,72 +349,81 @@ async fn contention(
                     }
                     let key = format!("contended-{}-{round}", std::process::id());
                     let t = Instant::now();
-                    match post(&client, &base, Some(&key)).await {
-                        Ok(status) => {
-                            latencies.push(t.elapsed().as_micros() as u64);
-                            *statuses.entry(status).or_insert(0u64) += 1;
-                            if status >= 500 {
-                                errors += 1;
-                            }
-                        }
-                        Err(_) => errors += 1,
-                    }
+                    tally.record(t, post(&client, &base, Some(&key)).await);
                 }
-                (latencies, statuses, errors)
+                tally
             })
         })
         .collect();
-    let mut latencies = Vec::new();
-    let mut statuses = BTreeMap::new();
-    let mut errors = 0;
-    for task in tasks {
-        let (l, s, e) = task.await.expect("client task");
-        latencies.extend(l);
-        for (status, n) in s {
-            *statuses.entry(status).or_insert(0) += n;
-        }
-        errors += e;
-    }
-    summarize(
-        "contention_64_one_key",
-        clients,
-        latencies,
-        statuses,
-        errors,
-        started.elapsed(),
-        sampler.stop().await,
-    )
+    let tally = Tally::gather(tasks).await;
+    let name = format!("contention_{clients}_one_key");
+    tally.summarize(&name, clients, started.elapsed(), sampler.stop().await)
 }
 
-fn summarize(
-    name: &str,
-    clients: usize,
-    mut latencies: Vec<u64>,
+/// What the clients of one workload saw.
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: u64,
-    elapsed: Duration,
-    peak_rss_kib: u64,
-) -> Workload {
-    latencies.sort_unstable();
-    let pct = |p: f64| {
-        if latencies.is_empty() {
-            return 0.0;
+}
+
+impl Tally {
+    fn record(&mut self, started: Instant, result: Result<u16, reqwest::Error>) {
+        match result {
+            Ok(status) => {
+                self.latencies_us.push(started.elapsed().as_micros() as u64);
+                *self.statuses.entry(status).or_insert(0) += 1;
+                if status >= 500 {
+                    self.errors += 1;
+                }
+            }
+            Err(_) => self.errors += 1,
         }
-        let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        latencies[i] as f64 / 1000.0
-    };
-    let requests = latencies.len() as u64;
-    Workload {
-        name: name.to_owned(),
-        clients,
-        requests,
-        errors,
-        rps: requests as f64 / elapsed.as_secs_f64(),
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
-        p999_ms: pct(0.999),
-        peak_rss_mib: peak_rss_kib as f64 / 1024.0,
-        statuses,
+    }
+
+    async fn gather(tasks: Vec<tokio::task::JoinHandle<Tally>>) -> Tally {
+        let mut all = Tally::default();
+        for task in tasks {
+            let tally = task.await.expect("client task");
+            all.latencies_us.extend(tally.latencies_us);
+            for (status, n) in tally.statuses {
+                *all.statuses.entry(status).or_insert(0) += n;
+            }
+            all.errors += tally.errors;
+        }
+        all
+    }
+
+    fn summarize(
+        mut self,
+        name: &str,
+        clients: usize,
+        elapsed: Duration,
+        peak_rss_kib: u64,
+    ) -> Workload {
+        self.latencies_us.sort_unstable();
+        let latencies = &self.latencies_us;
+        let pct = |p: f64| {
+            if latencies.is_empty() {
+                return 0.0;
+            }
+            let i = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+            latencies[i] as f64 / 1000.0
+        };
+        let requests = latencies.len() as u64;
+        Workload {
+            name: name.to_owned(),
+            clients,
+            requests,
+            errors: self.errors,
+            rps: requests as f64 / elapsed.as_secs_f64(),
+            p50_ms: pct(0.50),
+            p99_ms: pct(0.99),
+            p999_ms: pct(0.999),
+            peak_rss_mib: peak_rss_kib as f64 / 1024.0,
+            statuses: self.statuses,
+        }
     }
 }
 

@@ -98,3 +98,18 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
             .map_err(|rejection| ApiError::InvalidRequest(rejection.body_text()))
     }
 }
+
+/// One path segment as text, with rejections (e.g. invalid UTF-8 after percent-decoding) in the
+/// API's error format: a path that cannot name anything names nothing, so 404.
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|path| PathParam(path.0))
+            .map_err(|_| ApiError::NotFound("no such resource".to_owned()))
+    }
+}

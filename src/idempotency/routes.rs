@@ -1,16 +1,12 @@
 //! Reconciliation for clients whose retries ran out: what happened to my key?
 
-use axum::{
-    Extension, Json, Router,
-    extract::{Path, State},
-    routing::get,
-};
+use axum::{Extension, Json, Router, extract::State, routing::get};
 use serde::Serialize;
 use sqlx::PgPool;
 use time::OffsetDateTime;
 
 use super::{IdempotencyKey, Scope, store};
-use crate::http::errors::ApiError;
+use crate::http::{errors::ApiError, extractors::PathParam};
 
 pub fn router() -> Router<PgPool> {
     Router::new().route("/v1/idempotency_keys/{key}", get(show))
@@ -50,7 +46,7 @@ pub struct KeyRecord {
 pub async fn show(
     State(pool): State<PgPool>,
     Extension(scope): Extension<Scope>,
-    Path(raw): Path<String>,
+    PathParam(raw): PathParam,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key = IdempotencyKey::parse_bytes(raw.as_bytes())
         .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;

@@ -4,7 +4,7 @@
 use axum::{
     Extension, Json, Router,
     body::Bytes,
-    extract::{Path, State},
+    extract::State,
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -22,7 +22,7 @@ use crate::{
     auth::MerchantId,
     http::{
         errors::{ApiError, ErrorBody},
-        extractors::{JsonBody, QueryParams, Tx, parse_json},
+        extractors::{JsonBody, PathParam, QueryParams, Tx, parse_json},
     },
 };
 
@@ -110,7 +110,7 @@ pub async fn create(
 pub async fn show(
     State(pool): State<PgPool>,
     Extension(merchant): Extension<MerchantId>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<PaymentIntent>, ApiError> {
     let id = parse_id(&id)?;
     repo::find(&pool, &merchant, &id)
@@ -140,7 +140,7 @@ struct CancelRequest {}
 pub async fn cancel(
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
     body: Bytes,
 ) -> Result<Json<PaymentIntent>, ApiError> {
     if !body.iter().all(u8::is_ascii_whitespace) {

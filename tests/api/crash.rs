@@ -1,10 +1,8 @@
 //! SPEC §5.4: a process killed inside its transaction leaves neither the intent nor a completion;
 //! after the lease, the retry executes exactly once.
 
-use sqlx::Connection;
-
 use crate::{
-    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp},
+    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, spawn_create},
     leases::waiting_inserts,
 };
 
@@ -20,27 +18,8 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
     )
     .await;
 
-    let mut blocker = sqlx::PgConnection::connect(&app.database_url)
-        .await
-        .unwrap();
-    let mut blocking = blocker.begin().await.unwrap();
-    sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
-        .execute(&mut *blocking)
-        .await
-        .unwrap();
-
-    let doomed = tokio::spawn({
-        let (client, address) = (app.client.clone(), server.address.clone());
-        async move {
-            client
-                .post(format!("{address}/v1/payment_intents"))
-                .bearer_auth(DEMO_TOKEN)
-                .header("idempotency-key", "crash-1")
-                .body(SEED_BODY)
-                .send()
-                .await
-        }
-    });
+    let blocker = app.block_intent_inserts().await;
+    let doomed = spawn_create(&server.address, "crash-1");
     app.wait_until("the request is inside its transaction", &waiting_inserts(1))
         .await;
     server.child.kill().expect("SIGKILL the server");
@@ -49,7 +28,7 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
         doomed.await.unwrap().is_err(),
         "the client saw the connection die"
     );
-    blocking.rollback().await.unwrap();
+    blocker.release().await;
 
     // The dead server's backend finishes its INSERT once unblocked, then finds its client gone and
     // rolls back: wait until no session of it remains before looking.

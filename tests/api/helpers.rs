@@ -383,3 +383,43 @@ impl ServerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
+
+/// Holds `LOCK TABLE payment_intents IN SHARE MODE` on a connection of its own until released:
+/// every intent insert stalls behind it, inside its request's transaction, with no hook in the
+/// production code.
+pub struct IntentInsertBlocker(PgConnection);
+
+impl TestApp {
+    pub async fn block_intent_inserts(&self) -> IntentInsertBlocker {
+        let mut conn = PgConnection::connect(&self.database_url).await.unwrap();
+        sqlx::raw_sql("BEGIN; LOCK TABLE payment_intents IN SHARE MODE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        IntentInsertBlocker(conn)
+    }
+}
+
+impl IntentInsertBlocker {
+    pub async fn release(mut self) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.0)
+            .await
+            .unwrap();
+    }
+}
+
+/// POSTs the seed body under `key` to `address` in the background (a request that will stall).
+pub fn spawn_create(address: &str, key: &str) -> tokio::task::JoinHandle<reqwest::Result<Answer>> {
+    let (url, key) = (format!("{address}/v1/payment_intents"), key.to_owned());
+    tokio::spawn(async move {
+        let response = Client::new()
+            .post(url)
+            .bearer_auth(DEMO_TOKEN)
+            .header("idempotency-key", key)
+            .body(SEED_BODY)
+            .send()
+            .await?;
+        Ok(Answer::of(response).await)
+    })
+}

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use sqlx::Connection;
-
-use crate::helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, fingerprint};
+use crate::helpers::{
+    Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, fingerprint, spawn_create,
+};
 
 /// Writes the record a crashed first attempt would leave: in flight, lease ending in `lease_secs`.
 async fn abandoned_claim(app: &TestApp, key: &str, lease_secs: f64) {
@@ -82,20 +82,8 @@ async fn a_zombie_attempt_loses_the_compare_and_set_and_its_writes_vanish() {
     })
     .await;
 
-    // Stall every intent insert behind a lock held by another connection.
-    let mut blocker = sqlx::PgConnection::connect(&app.database_url)
-        .await
-        .unwrap();
-    let mut blocking = blocker.begin().await.unwrap();
-    sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
-        .execute(&mut *blocking)
-        .await
-        .unwrap();
-
-    let zombie = tokio::spawn({
-        let (client, address) = (app.client.clone(), app.address.clone());
-        async move { post(&client, &address, "zombie-1").await }
-    });
+    let blocker = app.block_intent_inserts().await;
+    let zombie = spawn_create(&app.address, "zombie-1");
     app.wait_until(
         "attempt 1 is stuck inside its transaction",
         &waiting_inserts(1),
@@ -107,10 +95,7 @@ async fn a_zombie_attempt_loses_the_compare_and_set_and_its_writes_vanish() {
     )
     .await;
 
-    let successor = tokio::spawn({
-        let (client, address) = (app.client.clone(), app.address.clone());
-        async move { post(&client, &address, "zombie-1").await }
-    });
+    let successor = spawn_create(&app.address, "zombie-1");
     app.wait_until(
         "attempt 2 took over",
         "SELECT attempt = 2 FROM idempotency_keys WHERE key = 'zombie-1'",
@@ -119,8 +104,11 @@ async fn a_zombie_attempt_loses_the_compare_and_set_and_its_writes_vanish() {
     app.wait_until("attempt 2 is stuck too", &waiting_inserts(2))
         .await;
 
-    blocking.rollback().await.unwrap();
-    let (zombie, successor) = (zombie.await.unwrap(), successor.await.unwrap());
+    blocker.release().await;
+    let (zombie, successor) = (
+        zombie.await.unwrap().unwrap(),
+        successor.await.unwrap().unwrap(),
+    );
 
     assert_eq!(successor.status, 201, "{}", successor.body);
     assert_eq!(zombie.status, 409, "{}", zombie.body);
@@ -146,18 +134,6 @@ async fn a_zombie_attempt_loses_the_compare_and_set_and_its_writes_vanish() {
         replay.body, successor.body,
         "the one answer that left the server"
     );
-}
-
-async fn post(client: &reqwest::Client, address: &str, key: &str) -> Answer {
-    let response = client
-        .post(format!("{address}/v1/payment_intents"))
-        .bearer_auth(DEMO_TOKEN)
-        .header("idempotency-key", key)
-        .body(SEED_BODY)
-        .send()
-        .await
-        .unwrap();
-    Answer::of(response).await
 }
 
 /// SQL that holds once `n` intent inserts wait on a lock.

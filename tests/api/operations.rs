@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use payments_api::config::Settings;
-use sqlx::Connection;
 
 use crate::{
     helpers::{
-        Answer, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, empty_database, serve, test_settings,
+        Answer, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, empty_database, serve, spawn_create,
+        test_settings,
     },
     leases::waiting_inserts,
 };
@@ -204,28 +204,8 @@ async fn sigterm_lets_the_in_flight_request_finish_then_exits_zero() {
     let app = TestApp::spawn().await;
     let mut server = ServerProcess::start(&app.database_url, &[]).await;
 
-    let mut blocker = sqlx::PgConnection::connect(&app.database_url)
-        .await
-        .unwrap();
-    let mut blocking = blocker.begin().await.unwrap();
-    sqlx::query("LOCK TABLE payment_intents IN SHARE MODE")
-        .execute(&mut *blocking)
-        .await
-        .unwrap();
-    let in_flight = tokio::spawn({
-        let (client, address) = (app.client.clone(), server.address.clone());
-        async move {
-            let response = client
-                .post(format!("{address}/v1/payment_intents"))
-                .bearer_auth(DEMO_TOKEN)
-                .header("idempotency-key", "shutdown-1")
-                .body(SEED_BODY)
-                .send()
-                .await
-                .unwrap();
-            Answer::of(response).await
-        }
-    });
+    let blocker = app.block_intent_inserts().await;
+    let in_flight = spawn_create(&server.address, "shutdown-1");
     app.wait_until("the request is inside its transaction", &waiting_inserts(1))
         .await;
 
@@ -249,9 +229,9 @@ async fn sigterm_lets_the_in_flight_request_finish_then_exits_zero() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    blocking.rollback().await.unwrap();
+    blocker.release().await;
 
-    let answer = in_flight.await.unwrap();
+    let answer = in_flight.await.unwrap().unwrap();
     assert_eq!(
         answer.status, 201,
         "the in-flight request finished: {}",

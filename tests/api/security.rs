@@ -171,6 +171,8 @@ async fn hostile_input_gets_4xx_and_changes_nothing() {
             "{path}: {}",
             answer.status()
         );
+        let body: serde_json::Value = answer.json().await.expect("a JSON error body");
+        assert!(body["error"].is_string(), "{path}: {body}");
     }
     for key in ["'%27;--", "pi_%00", "%ff"] {
         let answer = app
@@ -185,6 +187,8 @@ async fn hostile_input_gets_4xx_and_changes_nothing() {
             "{key}: {}",
             answer.status()
         );
+        let body: serde_json::Value = answer.json().await.expect("a JSON error body");
+        assert!(body["error"].is_string(), "{key}: {body}");
     }
     assert_eq!(app.intent_count().await, 0, "nothing was written");
     // A key made of SQL metacharacters is just a key.
@@ -270,12 +274,7 @@ async fn tokens_and_database_passwords_never_reach_logs_or_bodies() {
 
 #[tokio::test]
 async fn a_client_that_trickles_its_body_is_cut_off_while_others_are_served() {
-    let app = TestApp::spawn_with(|s| {
-        s.request_timeout = Duration::from_secs(1);
-        s.idempotency.lease = Duration::from_secs(2);
-    })
-    .await;
-    let address = app.address.trim_start_matches("http://").to_owned();
+    let (app, address) = with_one_second_timeout().await;
     let mut slow = tokio::net::TcpStream::connect(&address).await.unwrap();
     let head = format!(
         "POST /v1/payment_intents HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {DEMO_TOKEN}\r\nIdempotency-Key: slow-1\r\nContent-Length: {}\r\n\r\n{{",
@@ -335,12 +334,7 @@ async fn new_api_tokens_carry_256_random_bits() {
 
 #[tokio::test]
 async fn a_client_that_never_finishes_its_headers_is_cut_off() {
-    let app = TestApp::spawn_with(|s| {
-        s.request_timeout = Duration::from_secs(1);
-        s.idempotency.lease = Duration::from_secs(2);
-    })
-    .await;
-    let address = app.address.trim_start_matches("http://").to_owned();
+    let (app, address) = with_one_second_timeout().await;
     let mut silent = tokio::net::TcpStream::connect(&address).await.unwrap();
     let mut trickling = tokio::net::TcpStream::connect(&address).await.unwrap();
     trickling
@@ -384,4 +378,15 @@ async fn oversized_headers_are_refused() {
             .status(),
         200
     );
+}
+
+/// An app whose requests must arrive within one second, and its `host:port`.
+async fn with_one_second_timeout() -> (TestApp, String) {
+    let app = TestApp::spawn_with(|s| {
+        s.request_timeout = Duration::from_secs(1);
+        s.idempotency.lease = Duration::from_secs(2);
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    (app, address)
 }
