@@ -153,12 +153,17 @@ async fn hostile_input_gets_4xx_and_changes_nothing() {
             "{text}"
         );
     }
-    for path in [
+    let long_id = format!("/v1/payment_intents/pi_{}", "0".repeat(5000));
+    let paths = [
         "/v1/payment_intents/'%20OR%201=1--",
         "/v1/payment_intents/%00",
         "/v1/payment_intents/%ff%fe",
-        &format!("/v1/payment_intents/pi_{}", "0".repeat(5000)),
-    ] {
+        &long_id,
+        "/v1/idempotency_keys/'%27;--",
+        "/v1/idempotency_keys/pi_%00",
+        "/v1/idempotency_keys/%ff",
+    ];
+    for path in paths {
         let answer = app
             .client
             .get(format!("{}{path}", app.address))
@@ -173,22 +178,6 @@ async fn hostile_input_gets_4xx_and_changes_nothing() {
         );
         let body: serde_json::Value = answer.json().await.expect("a JSON error body");
         assert!(body["error"].is_string(), "{path}: {body}");
-    }
-    for key in ["'%27;--", "pi_%00", "%ff"] {
-        let answer = app
-            .client
-            .get(format!("{}/v1/idempotency_keys/{key}", app.address))
-            .bearer_auth(DEMO_TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            answer.status().is_client_error(),
-            "{key}: {}",
-            answer.status()
-        );
-        let body: serde_json::Value = answer.json().await.expect("a JSON error body");
-        assert!(body["error"].is_string(), "{key}: {body}");
     }
     assert_eq!(app.intent_count().await, 0, "nothing was written");
     // A key made of SQL metacharacters is just a key.
