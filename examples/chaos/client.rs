@@ -120,93 +120,57 @@ pub async fn run_client(shared: Arc<Shared>, client_index: usize) {
         let roll: u32 = rand::rng().random_range(0..100);
         sequence += 1;
         let op = shared.next_op.fetch_add(1, Ordering::Relaxed);
-        match roll {
-            0..50 => {
-                let key = format!("c{client_index}-{sequence}");
-                let amount = rand::rng().random_range(1..1_000_000u64).to_string();
-                drive(
-                    &shared,
-                    &http,
-                    op,
-                    OpKind::Create,
-                    token,
-                    scope,
-                    Some(key),
-                    &amount,
-                    None,
-                )
-                .await;
-            }
+        let operation = match roll {
+            0..50 => Some(Operation {
+                kind: OpKind::Create,
+                key: Some(format!("c{client_index}-{sequence}")),
+                amount: rand::rng().random_range(1..1_000_000u64).to_string(),
+                target: None,
+            }),
             50..65 => {
                 let n = rand::rng().random_range(0..HOT_KEYS);
-                let key = format!("hot-{n}");
-                let amount = (1000 + n).to_string();
-                drive(
-                    &shared,
-                    &http,
-                    op,
-                    OpKind::HotCreate,
-                    token,
-                    scope,
-                    Some(key),
-                    &amount,
-                    None,
-                )
-                .await;
+                Some(Operation {
+                    kind: OpKind::HotCreate,
+                    key: Some(format!("hot-{n}")),
+                    amount: (1000 + n).to_string(),
+                    target: None,
+                })
             }
             65..72 => {
-                let done = pick(&shared.completed, |(s, ..)| *s == scope);
-                if let Some((_, key, amount)) = done {
-                    let other = format!("{}9", amount);
-                    drive(
-                        &shared,
-                        &http,
-                        op,
-                        OpKind::Reuse,
-                        token,
-                        scope,
-                        Some(key),
-                        &other,
-                        None,
-                    )
-                    .await;
-                }
+                pick(&shared.completed, |(s, ..)| *s == scope).map(|(_, key, amount)| Operation {
+                    kind: OpKind::Reuse,
+                    key: Some(key),
+                    amount: format!("{amount}9"),
+                    target: None,
+                })
             }
-            72..85 => {
-                if let Some((_, id)) = pick(&shared.seen, |(s, _)| *s == scope) {
-                    let key = format!("cancel-c{client_index}-{sequence}");
-                    drive(
-                        &shared,
-                        &http,
-                        op,
-                        OpKind::Cancel,
-                        token,
-                        scope,
-                        Some(key),
-                        "",
-                        Some(id),
-                    )
-                    .await;
-                }
-            }
-            _ => {
-                if let Some((_, id)) = pick(&shared.seen, |(s, _)| *s == scope) {
-                    drive(
-                        &shared,
-                        &http,
-                        op,
-                        OpKind::Read,
-                        token,
-                        scope,
-                        None,
-                        "",
-                        Some(id),
-                    )
-                    .await;
-                }
-            }
+            72..85 => pick(&shared.seen, |(s, _)| *s == scope).map(|(_, id)| Operation {
+                kind: OpKind::Cancel,
+                key: Some(format!("cancel-c{client_index}-{sequence}")),
+                amount: String::new(),
+                target: Some(id),
+            }),
+            _ => pick(&shared.seen, |(s, _)| *s == scope).map(|(_, id)| Operation {
+                kind: OpKind::Read,
+                key: None,
+                amount: String::new(),
+                target: Some(id),
+            }),
+        };
+        if let Some(operation) = operation {
+            drive(&shared, &http, op, token, scope, operation).await;
         }
     }
+}
+
+/// What a client sends, again and again until it has a final answer.
+struct Operation {
+    kind: OpKind,
+    key: Option<String>,
+    /// The body's amount: a different amount under the same key is a different request.
+    amount: String,
+    /// The intent a cancel or read is about.
+    target: Option<String>,
 }
 
 fn pick<T: Clone>(items: &Mutex<Vec<T>>, filter: impl Fn(&T) -> bool) -> Option<T> {
@@ -217,18 +181,21 @@ fn pick<T: Clone>(items: &Mutex<Vec<T>>, filter: impl Fn(&T) -> bool) -> Option<
 }
 
 /// Sends one operation until it has a final answer, retrying like a careful merchant server.
-#[allow(clippy::too_many_arguments)]
 async fn drive(
     shared: &Shared,
     http: &reqwest::Client,
     op: u64,
-    kind: OpKind,
     token: &str,
     scope: &'static str,
-    key: Option<String>,
-    amount: &str,
-    target: Option<String>,
+    operation: Operation,
 ) {
+    let Operation {
+        kind,
+        key,
+        amount,
+        target,
+    } = operation;
+    let amount = amount.as_str();
     let payload = body(amount);
     loop {
         let replica = rand::rng().random_range(0..shared.bases.len());
