@@ -55,10 +55,6 @@ impl Application {
             .expect("a bound listener has an address")
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
     /// Serves until SIGINT or SIGTERM, then stops accepting and gives in-flight requests up to the
     /// request timeout to finish (their own timeout rolls back any that run longer).
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
