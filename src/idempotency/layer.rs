@@ -134,11 +134,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
             return Err(rejected(ApiError::IdempotencyKeyMissing));
         }
         let response = execute(state, request, next, None).await;
-        let kind = if response.extensions().get::<TransactionFailed>().is_some() {
-            OutcomeKind::Aborted
-        } else {
-            OutcomeKind::Unkeyed
-        };
+        let kind = verdict_or(&response, OutcomeKind::Unkeyed);
         return Ok((response, kind, None));
     };
 
@@ -165,7 +161,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
 
     let (attempt, kind) = match claim {
         Claim::Replay { attempt, response } => {
-            let mut replayed = response_from(&response);
+            let mut replayed = response_from(response);
             replayed
                 .headers_mut()
                 .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -198,12 +194,18 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         attempt,
     };
     let response = execute(state, request, next, Some(claimed)).await;
-    let kind = match response.extensions().get::<LayerVerdict>() {
+    let kind = verdict_or(&response, kind);
+    Ok((response, kind, Some(attempt)))
+}
+
+/// The outcome `execute` recorded on its response, or `otherwise` when the handler's own answer
+/// went out.
+fn verdict_or(response: &Response, otherwise: OutcomeKind) -> OutcomeKind {
+    match response.extensions().get::<LayerVerdict>() {
         Some(LayerVerdict::LeaseLost) => OutcomeKind::LeaseLost,
         Some(LayerVerdict::Aborted) => OutcomeKind::Aborted,
-        None => kind,
-    };
-    Ok((response, kind, Some(attempt)))
+        None => otherwise,
+    }
 }
 
 /// The claim this request holds.
@@ -281,7 +283,7 @@ async fn run_in_transaction(
     let Some(claimed) = claimed else {
         return match tx.commit().await {
             Ok(()) => response,
-            Err(e) => ApiError::Database(e).into_response(),
+            Err(e) => abort(state, None, ApiError::Database(e).into_response()).await,
         };
     };
 
@@ -319,7 +321,7 @@ async fn run_in_transaction(
         }
     }
     match tx.commit().await {
-        Ok(()) => response_from(&stored),
+        Ok(()) => response_from(stored),
         // The commit's outcome is unknown: if it happened, the retry replays it; if not, the
         // released lease lets the retry take over at once. Either way exactly one result stands.
         Err(e) => abort(state, Some(claimed), ApiError::Database(e).into_response()).await,
@@ -413,16 +415,13 @@ async fn store_form(response: Response) -> Result<StoredResponse, ApiError> {
 
 /// Builds the response from its stored form: the first answer and every replay come from the
 /// same bytes, so they cannot drift apart.
-fn response_from(stored: &StoredResponse) -> Response {
-    let mut response = Response::new(Body::from(stored.body.clone()));
+fn response_from(stored: StoredResponse) -> Response {
+    let mut response = Response::new(Body::from(stored.body));
     *response.status_mut() =
         StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();
-    for (name, value) in &stored.headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::try_from(name.as_str()),
-            HeaderValue::try_from(value.as_str()),
-        ) {
+    for (name, value) in stored.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
             headers.append(name, value);
         }
     }

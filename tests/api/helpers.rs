@@ -222,6 +222,32 @@ impl TestApp {
         request.send().await.expect("request sent")
     }
 
+    /// POST /v1/payment_intents/{id}/cancel, with an Idempotency-Key if given.
+    pub async fn cancel(&self, token: &str, id: &str, key: Option<&str>) -> Answer {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/payment_intents/{id}/cancel", self.address))
+            .bearer_auth(token);
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        Answer::of(request.send().await.unwrap()).await
+    }
+
+    /// GET /v1/payment_intents?{query}.
+    pub async fn list(&self, token: &str, query: &str) -> Answer {
+        let url = format!("{}/v1/payment_intents?{query}", self.address);
+        Answer::of(
+            self.client
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
     pub async fn get_intent(&self, token: &str, id: &str) -> Response {
         self.client
             .get(format!("{}/v1/payment_intents/{id}", self.address))

@@ -10,30 +10,6 @@ use crate::helpers::{
 };
 
 impl TestApp {
-    pub async fn cancel(&self, token: &str, id: &str, key: Option<&str>) -> Answer {
-        let mut request = self
-            .client
-            .post(format!("{}/v1/payment_intents/{id}/cancel", self.address))
-            .bearer_auth(token);
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
-        }
-        Answer::of(request.send().await.unwrap()).await
-    }
-
-    pub async fn list(&self, token: &str, query: &str) -> Answer {
-        let url = format!("{}/v1/payment_intents?{query}", self.address);
-        Answer::of(
-            self.client
-                .get(url)
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await
-    }
-
     async fn create_id(&self, key: Option<&str>) -> String {
         let answer = Answer::of(self.create_intent(DEMO_TOKEN, key, SEED_BODY).await).await;
         assert_eq!(answer.status, 201, "{}", answer.body);

@@ -89,6 +89,43 @@ async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
 #[tokio::test]
 async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     let app = TestApp::spawn().await;
+    let scrape = || async {
+        let metrics = Answer::of(
+            app.client
+                .get(format!("{}/metrics", app.address))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(metrics.status, 200);
+        assert!(
+            metrics
+                .header("content-type")
+                .unwrap()
+                .starts_with("text/plain")
+        );
+        metrics.body
+    };
+    // The recorder is process-wide and other tests run beside this one: compare growth, not presence.
+    let series = [
+        (
+            r#"http_requests_total{method="POST",route="/v1/payment_intents",status="201"}"#,
+            2.0,
+        ),
+        (
+            r#"http_requests_total{method="GET",route="/v1/payment_intents/{id}",status="200"}"#,
+            1.0,
+        ),
+        (
+            r#"http_request_duration_seconds_count{method="POST",route="/v1/payment_intents"}"#,
+            2.0,
+        ),
+        (r#"idempotency_outcomes_total{outcome="fresh"}"#, 1.0),
+        (r#"idempotency_outcomes_total{outcome="replay"}"#, 1.0),
+    ];
+    let before = scrape().await;
+
     let created = Answer::of(
         app.create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
             .await,
@@ -99,34 +136,28 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     let id = created.json()["id"].as_str().unwrap().to_owned();
     app.get_intent(DEMO_TOKEN, &id).await;
 
-    let metrics = Answer::of(
-        app.client
-            .get(format!("{}/metrics", app.address))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(metrics.status, 200);
-    assert!(
-        metrics
-            .header("content-type")
-            .unwrap()
-            .starts_with("text/plain")
-    );
-    let text = metrics.body;
-    for expected in [
-        r#"http_requests_total{method="POST",route="/v1/payment_intents",status="201"}"#,
-        r#"http_requests_total{method="GET",route="/v1/payment_intents/{id}",status="200"}"#,
-        r#"http_request_duration_seconds_bucket{method="POST",route="/v1/payment_intents",le="0.005"}"#,
-        r#"idempotency_outcomes_total{outcome="fresh"}"#,
-        r#"idempotency_outcomes_total{outcome="replay"}"#,
+    let after = scrape().await;
+    for (name, at_least) in series {
+        let grew = value_of(&after, name) - value_of(&before, name);
+        assert!(
+            grew >= at_least,
+            "{name} grew by {grew}, expected at least {at_least}:\n{after}"
+        );
+    }
+    for gauge in [
         r#"db_pool_connections{state="idle"}"#,
         r#"db_pool_connections{state="in_use"}"#,
     ] {
-        assert!(text.contains(expected), "missing {expected} in\n{text}");
+        assert!(after.contains(gauge), "missing {gauge}");
     }
-    assert!(!text.contains(&id), "raw paths never become labels");
+    assert!(!after.contains(&id), "raw paths never become labels");
+}
+
+/// The value of one series in Prometheus text format; 0 when it does not exist yet.
+fn value_of(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::test]

@@ -27,14 +27,7 @@ async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
     // Reads and state changes of A's intent: not found, and nothing changes.
     assert_eq!(app.get_intent(OTHER_TOKEN, &a_id).await.status(), 404);
     for key in [None, Some("b-cancel")] {
-        let mut request = app
-            .client
-            .post(url(&format!("/v1/payment_intents/{a_id}/cancel")))
-            .bearer_auth(OTHER_TOKEN);
-        if let Some(key) = key {
-            request = request.header("idempotency-key", key);
-        }
-        assert_eq!(request.send().await.unwrap().status(), 404);
+        assert_eq!(app.cancel(OTHER_TOKEN, &a_id, key).await.status, 404);
     }
     let a_now = Answer::of(app.get_intent(DEMO_TOKEN, &a_id).await)
         .await
@@ -45,24 +38,11 @@ async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
     );
 
     // Listings and cursors never show A's data.
-    let list = Answer::of(
-        app.client
-            .get(url("/v1/payment_intents"))
-            .bearer_auth(OTHER_TOKEN)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert!(!list.body.contains(&a_id));
+    assert!(!app.list(OTHER_TOKEN, "").await.body.contains(&a_id));
     let cursor = app
-        .client
-        .get(url(&format!("/v1/payment_intents?starting_after={a_id}")))
-        .bearer_auth(OTHER_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cursor.status(), 400);
+        .list(OTHER_TOKEN, &format!("starting_after={a_id}"))
+        .await;
+    assert_eq!(cursor.status, 400);
 
     // A's keys: invisible to B, and B's use of the same names runs independently.
     let lookup = app
