@@ -5,8 +5,9 @@ use std::{str::FromStr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use sqlx::{
-    PgPool, Postgres, Transaction,
+    Connection, PgPool, Postgres, Transaction,
     migrate::{MigrateDatabase, Migrator},
+    pool::PoolConnection,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -20,26 +21,31 @@ pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> 
     Ok(pool_options(max_connections).connect_lazy_with(connect_options(database_url)?))
 }
 
-/// The pool that claims (and releases) Idempotency-Keys. Its commits do not wait for their WAL
-/// flush (`synchronous_commit = off`): a claim lost in a database crash is harmless, because the
-/// only write that matters after it, the handler's transaction with the completion, commits
-/// durably, and flushing its commit flushes the WAL, claim included, up to that point. So a claim
-/// can only vanish together with everything it led to, and the retry simply claims afresh.
-pub fn claims_pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
-    let options = connect_options(database_url)?.options([("synchronous_commit", "off")]);
-    Ok(pool_options(max_connections).connect_lazy_with(options))
-}
-
 fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
     PgConnectOptions::from_str(database_url)
         .context("DATABASE_URL is not a valid PostgreSQL connection string")
 }
+
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
         // A request waiting longer than this for a connection gets 503 rather than hanging.
         .acquire_timeout(Duration::from_secs(5))
+        // By default sqlx pings every connection it hands out: one more round trip in front of
+        // every request, the single largest cost of a replay. A connection in steady use has just
+        // proved itself (sqlx also pings each one as it comes back to the pool), so only one that
+        // sat idle for a while is checked before use.
+        .test_before_acquire(false)
+        .before_acquire(|connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= IDLE_BEFORE_PING {
+                    connection.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 /// Creates the database if it does not exist, then applies pending migrations.
@@ -70,7 +76,14 @@ pub struct RequestTransaction(Arc<Mutex<Option<PgTransaction>>>);
 
 impl RequestTransaction {
     pub async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        Ok(Self(Arc::new(Mutex::new(Some(pool.begin().await?)))))
+        Ok(Self::from(pool.begin().await?))
+    }
+
+    /// Begins on a connection the request already holds (the one its key was claimed on), so a
+    /// keyed request takes one connection from the pool, not two. `Transaction::begin` is what
+    /// `Pool::begin` runs after acquiring; like it, dropping the transaction rolls it back.
+    pub async fn begin_on(connection: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
+        Ok(Self::from(Transaction::begin(connection, None).await?))
     }
 
     /// Exclusive use of the transaction; `None` once the layer has taken it back.
@@ -81,5 +94,11 @@ impl RequestTransaction {
     /// Takes the transaction back after the handler returned, to complete and commit it.
     pub async fn take(&self) -> Option<PgTransaction> {
         self.0.lock().await.take()
+    }
+}
+
+impl From<PgTransaction> for RequestTransaction {
+    fn from(transaction: PgTransaction) -> Self {
+        Self(Arc::new(Mutex::new(Some(transaction))))
     }
 }

@@ -35,11 +35,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.bind_addr))?;
         // Installed before serving so every series exists from the first request on.
         crate::telemetry::metrics::handle();
-        let claims = db::claims_pool(
-            &settings.database_url,
-            (settings.db_max_connections / 2).max(2),
-        )?;
-        let router = http::router(pool.clone(), claims, settings);
+        let router = http::router(pool.clone(), settings);
         Ok(Self {
             listener,
             router,

@@ -29,10 +29,9 @@ use crate::{
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(pool: PgPool, claims: PgPool, settings: &Settings) -> Router {
+pub fn router(pool: PgPool, settings: &Settings) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
-        claims,
         settings: settings.idempotency,
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,

@@ -10,7 +10,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, pool::PoolConnection};
 
 use super::{
     Fingerprint, IdempotencyKey, Scope,
@@ -36,10 +36,7 @@ const UNSTORED_HEADERS: [HeaderName; 5] = [
 
 #[derive(Clone)]
 pub struct IdempotencyState {
-    /// Request transactions: durable commits.
     pub pool: PgPool,
-    /// Claims and lease releases: commits that need not wait for their WAL flush (see `db::claims_pool`).
-    pub claims: PgPool,
     pub settings: IdempotencySettings,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -133,7 +130,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         if state.settings.key_required {
             return Err(rejected(ApiError::IdempotencyKeyMissing));
         }
-        let response = execute(state, request, next, None).await;
+        let response = execute(state, request, next, None, None).await;
         let kind = verdict_or(&response, OutcomeKind::Unkeyed);
         return Ok((response, kind, None));
     };
@@ -147,9 +144,15 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         .map_or(target.path(), |pq| pq.as_str());
     let fingerprint = Fingerprint::of(request.method().as_str(), path_and_query, &body);
 
+    // The claim and, when it wins, the handler's transaction share one connection.
+    let mut connection = state
+        .pool
+        .acquire()
+        .await
+        .map_err(|e| (ApiError::Database(e), OutcomeKind::Rejected))?;
     let settings = &state.settings;
     let claim = store::claim(
-        &state.claims,
+        &mut connection,
         &scope,
         &key,
         &fingerprint,
@@ -193,7 +196,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         key,
         attempt,
     };
-    let response = execute(state, request, next, Some(claimed)).await;
+    let response = execute(state, request, next, Some(claimed), Some(connection)).await;
     let kind = verdict_or(&response, kind);
     Ok((response, kind, Some(attempt)))
 }
@@ -231,13 +234,14 @@ async fn execute(
     request: Request,
     next: Next,
     claimed: Option<Claimed>,
+    connection: Option<PoolConnection<Postgres>>,
 ) -> Response {
     let state = state.clone();
     let timeout = state.request_timeout;
     let task = tokio::spawn(async move {
         match tokio::time::timeout(
             timeout,
-            run_in_transaction(&state, request, next, claimed.as_ref()),
+            run_in_transaction(&state, request, next, claimed.as_ref(), connection),
         )
         .await
         {
@@ -263,8 +267,13 @@ async fn run_in_transaction(
     mut request: Request,
     next: Next,
     claimed: Option<&Claimed>,
+    connection: Option<PoolConnection<Postgres>>,
 ) -> Response {
-    let slot = match RequestTransaction::begin(&state.pool).await {
+    let begun = match connection {
+        Some(connection) => RequestTransaction::begin_on(connection).await,
+        None => RequestTransaction::begin(&state.pool).await,
+    };
+    let slot = match begun {
         Ok(slot) => slot,
         Err(e) => return abort(state, claimed, ApiError::Database(e).into_response()).await,
     };
@@ -337,7 +346,7 @@ async fn abort(
 ) -> Response {
     if let Some(claimed) = claimed {
         if let Err(e) =
-            store::release_lease(&state.claims, &claimed.scope, &claimed.key, claimed.attempt).await
+            store::release_lease(&state.pool, &claimed.scope, &claimed.key, claimed.attempt).await
         {
             tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
         }

@@ -42,8 +42,17 @@ pub struct StoredResponse {
 ///
 /// `attempt` grows on every claim, fresh ones included, so a completion from any earlier attempt
 /// (even one from before a retention reset) can never pass the compare-and-set.
+///
+/// The claim commits on its own (SPEC §5.3: never wait on another request, so the record must be
+/// visible at once) but without waiting for its WAL flush: the statement sets
+/// `synchronous_commit = off` for its own implicit transaction, before it writes anything. A claim
+/// lost in a database crash is harmless, because the only write that matters after it, the
+/// handler's transaction with the completion, commits durably, and flushing that commit flushes the
+/// WAL, claim included, up to that point. So a claim can only vanish together with everything it
+/// led to, and the retry simply claims afresh. Replays, in-flight and mismatch answers write
+/// nothing, so they commit nothing either.
 pub async fn claim(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
@@ -66,7 +75,8 @@ pub async fn claim(
                 -- Only try to take the key when the record (as of this snapshot) is absent, past its
                 -- retention, or an abandoned attempt of this same request. A replay, a live lease or a
                 -- mismatch then reads without writing or locking anything.
-                 WHERE NOT EXISTS (
+                 WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+                   AND NOT EXISTS (
                        SELECT 1 FROM existing e
                         WHERE e.expires_at > now()
                           AND (e.state = 'completed' OR e.fingerprint <> $3 OR e.lease_expires_at > now()))
@@ -107,7 +117,7 @@ pub async fn claim(
             lease.as_secs_f64(),
             retention.as_secs_f64(),
         )
-        .fetch_optional(pool)
+        .fetch_optional(&mut *conn)
         .await?;
 
         let Some(row) = row else { continue };
