@@ -1,7 +1,14 @@
 //! Connection pool, migrations, and the request-scoped transaction that the idempotency layer
 //! opens and a handler writes through.
 
-use std::{str::FromStr, sync::Arc, time::Duration};
+use std::{
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use anyhow::Context;
 use sqlx::{
@@ -28,6 +35,43 @@ fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
 
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
+/// How long after a statement failed on a lost connection every checkout pings first. A database
+/// restart or `pg_terminate_backend` closes every pooled connection at once; without this, each
+/// dead one would fail a request of its own before the pool replaced it.
+const DISTRUST_FOR: Duration = Duration::from_secs(5);
+
+/// When a statement last failed on a lost connection, in milliseconds since the Unix epoch.
+static CONNECTION_LOST_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether `error` says the connection itself is gone (the server closed it or went away).
+pub fn is_connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        // Class 08: connection exception; 57P01-57P03: admin or crash shutdown, cannot connect.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// Reported by whoever saw [`is_connection_lost`]: for a while, pooled connections are pinged
+/// before use, so the rest of the dead ones are replaced without failing a request each.
+pub fn distrust_idle_connections() {
+    CONNECTION_LOST_AT_MS.store(unix_millis(), Ordering::Relaxed);
+}
+
+fn idle_connections_distrusted() -> bool {
+    let lost_at = CONNECTION_LOST_AT_MS.load(Ordering::Relaxed);
+    lost_at != 0 && unix_millis().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
+}
+
 fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
@@ -36,11 +80,11 @@ fn pool_options(max_connections: u32) -> PgPoolOptions {
         // By default sqlx pings every connection it hands out: one more round trip in front of
         // every request, the single largest cost of a replay. A connection in steady use has just
         // proved itself (sqlx also pings each one as it comes back to the pool), so only one that
-        // sat idle for a while is checked before use.
+        // sat idle for a while, or any while connections are known to be dying, is checked first.
         .test_before_acquire(false)
         .before_acquire(|connection, meta| {
             Box::pin(async move {
-                if meta.idle_for >= IDLE_BEFORE_PING {
+                if meta.idle_for >= IDLE_BEFORE_PING || idle_connections_distrusted() {
                     connection.ping().await?;
                 }
                 Ok(true)

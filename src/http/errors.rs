@@ -162,7 +162,12 @@ impl IntoResponse for ApiError {
         let status = self.status();
         match &self {
             Self::Internal(e) => tracing::error!(error = ?e, "internal error"),
-            Self::Database(e) => tracing::error!(error = %e, "database error"),
+            Self::Database(e) => {
+                tracing::error!(error = %e, "database error");
+                if crate::db::is_connection_lost(e) {
+                    crate::db::distrust_idle_connections();
+                }
+            }
             _ => {}
         }
         let body = ErrorBody {

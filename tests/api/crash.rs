@@ -1,6 +1,8 @@
 //! SPEC §5.4: a process killed inside its transaction leaves neither the intent nor a completion;
 //! after the lease, the retry executes exactly once.
 
+use std::time::Duration;
+
 use crate::{
     helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, spawn_create},
     leases::waiting_inserts,
@@ -74,4 +76,69 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
     assert_eq!(app.intent_count().await, 1);
     let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();
     assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
+}
+
+/// Pooled connections are not pinged before use (`db::pool_options`): one the server closed while
+/// it sat idle fails its first statement. That costs the client one retryable 503, never a 500:
+/// from then on checkouts ping first, so the other dead connections fail no request; and the
+/// retry with the same key executes exactly once.
+#[tokio::test]
+async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs_once() {
+    // No sweep may take a connection from the pool while the test counts failures.
+    let app = TestApp::spawn_with(|s| s.sweep_interval = Duration::from_secs(3600)).await;
+    let warm =
+        futures::future::join_all((0..6).map(|_| app.create_intent(DEMO_TOKEN, None, SEED_BODY)))
+            .await;
+    assert!(warm.iter().all(|r| r.status() == 201), "the pool is warm");
+
+    let sessions: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert!(!sessions.is_empty());
+    let pids = sessions
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    sqlx::query(&format!(
+        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
+    ))
+    .execute(&app.db)
+    .await
+    .unwrap();
+    app.wait_until(
+        "the terminated sessions are gone",
+        &format!("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid IN ({pids})"),
+    )
+    .await;
+
+    let mut statuses = Vec::new();
+    for _ in 0..=sessions.len() {
+        let answer = Answer::of(
+            app.create_intent(DEMO_TOKEN, Some("after-terminate"), SEED_BODY)
+                .await,
+        )
+        .await;
+        statuses.push(answer.status);
+        if answer.status == 201 {
+            break;
+        }
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert!(answer.header("retry-after").is_some());
+    }
+    assert_eq!(
+        statuses,
+        [503, 201],
+        "one failure, then the pool replaced the rest"
+    );
+    assert_eq!(app.intent_count().await, 7);
+    let record = app
+        .key_record(DEMO_MERCHANT, "after-terminate")
+        .await
+        .unwrap();
+    assert_eq!(record.state, "completed");
 }
