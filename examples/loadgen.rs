@@ -6,6 +6,7 @@
 
 use std::{
     collections::BTreeMap,
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{
@@ -16,10 +17,14 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use bytes::Bytes;
 use clap::Parser;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, client::conn::http1, header};
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use sqlx::{Connection, PgConnection};
-use tokio::sync::Barrier;
+use sqlx::{Connection as _, PgConnection};
+use tokio::{net::TcpStream, sync::Barrier};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -56,6 +61,7 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 }
 
 const TOKEN: &str = "merchant-demo";
+const AUTHORIZATION: &str = "Bearer merchant-demo";
 const BODY: &str = r#"{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}"#;
 
 #[derive(Debug, Clone, Serialize)]
@@ -119,10 +125,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     let server = ApiProcess::start(&api_bin, &database_url, &args.api_env).await?;
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
-        .build()?;
-    let base = server.base.clone();
+    let mut seeder = HttpConnection::open(server.addr).await?;
     let duration = Duration::from_secs(args.seconds);
     let mut workloads = Vec::new();
 
@@ -147,22 +150,22 @@ async fn main() -> anyhow::Result<()> {
                 let hot: Vec<String> = (0..1000).map(|i| format!("hot-{i}")).collect();
                 for key in &hot {
                     anyhow::ensure!(
-                        post(&client, &base, Some(key)).await? == 201,
+                        seeder.post(Some(key)).await? == 201,
                         "seeding the hot keys failed"
                     );
                 }
                 Op::Replay(Arc::new(hot))
             }
             "get" => {
-                post(&client, &base, None).await?;
+                seeder.post(None).await?;
                 Op::Get(Arc::new(existing_ids(&database_url).await?))
             }
             _ => {
-                workloads.push(contention(&server, clients, duration, &client, &base).await);
+                workloads.push(contention(&server, clients, duration).await?);
                 continue;
             }
         };
-        workloads.push(run(&server, name, clients, duration, op, &client, &base).await);
+        workloads.push(run(&server, name, clients, duration, op).await);
     }
     let p50 = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.p50_ms);
     let latency_factor = match (p50("create_keyed_1_client"), p50("create_unkeyed_1_client")) {
@@ -217,32 +220,59 @@ enum Op {
     Get(Arc<Vec<String>>),
 }
 
-async fn post(
-    client: &reqwest::Client,
-    base: &str,
-    key: Option<&str>,
-) -> Result<u16, reqwest::Error> {
-    let mut request = client
-        .post(format!("{base}/v1/payment_intents"))
-        .bearer_auth(TOKEN)
-        .body(BODY);
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
+/// One keep-alive HTTP/1.1 connection, driven by hyper's client connection API without a pool or
+/// URL parsing: the load generator shares the machine with the API and PostgreSQL, so it must
+/// spend as little CPU as it can (the reference's client, pgbench, is lean C).
+struct HttpConnection {
+    sender: http1::SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+}
+
+impl HttpConnection {
+    async fn open(addr: SocketAddr) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(Self { sender, addr })
     }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    response.bytes().await?;
-    Ok(status)
+
+    /// Sends one request and reads the whole answer; reconnects first if the server closed.
+    async fn send(&mut self, request: Request<Full<Bytes>>) -> anyhow::Result<u16> {
+        if self.sender.is_closed() {
+            *self = Self::open(self.addr).await?;
+        }
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await?;
+        Ok(status)
+    }
+
+    async fn post(&mut self, key: Option<&str>) -> anyhow::Result<u16> {
+        let mut request = Request::post("/v1/payment_intents")
+            .header(header::HOST, self.addr.to_string())
+            .header(header::AUTHORIZATION, AUTHORIZATION)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        self.send(request.body(Full::new(Bytes::from_static(BODY.as_bytes())))?)
+            .await
+    }
+
+    async fn get(&mut self, path: &str) -> anyhow::Result<u16> {
+        let request = Request::get(path)
+            .header(header::HOST, self.addr.to_string())
+            .header(header::AUTHORIZATION, AUTHORIZATION)
+            .body(Full::new(Bytes::new()))?;
+        self.send(request).await
+    }
 }
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-async fn once(
-    op: &Op,
-    client: &reqwest::Client,
-    base: &str,
-    rng: &mut u64,
-) -> Result<u16, reqwest::Error> {
+async fn once(op: &Op, connection: &mut HttpConnection, rng: &mut u64) -> anyhow::Result<u16> {
     // xorshift: cheap per-client randomness for picking keys and ids.
     *rng ^= *rng << 13;
     *rng ^= *rng >> 7;
@@ -254,20 +284,17 @@ async fn once(
                 std::process::id(),
                 SEQUENCE.fetch_add(1, Ordering::Relaxed)
             );
-            post(client, base, Some(&key)).await
+            connection.post(Some(&key)).await
         }
-        Op::CreateUnkeyed => post(client, base, None).await,
-        Op::Replay(keys) => post(client, base, Some(&keys[(*rng as usize) % keys.len()])).await,
+        Op::CreateUnkeyed => connection.post(None).await,
+        Op::Replay(keys) => {
+            connection
+                .post(Some(&keys[(*rng as usize) % keys.len()]))
+                .await
+        }
         Op::Get(ids) => {
             let id = &ids[(*rng as usize) % ids.len()];
-            let response = client
-                .get(format!("{base}/v1/payment_intents/{id}"))
-                .bearer_auth(TOKEN)
-                .send()
-                .await?;
-            let status = response.status().as_u16();
-            response.bytes().await?;
-            Ok(status)
+            connection.get(&format!("/v1/payment_intents/{id}")).await
         }
     }
 }
@@ -278,8 +305,6 @@ async fn run(
     clients: usize,
     duration: Duration,
     op: Op,
-    client: &reqwest::Client,
-    base: &str,
 ) -> Workload {
     eprintln!("loadgen: {name} with {clients} client(s) for {duration:?}");
     // A short warm-up fills the connection pools on both sides.
@@ -289,15 +314,21 @@ async fn run(
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
-            let (op, client, base, stop) =
-                (op.clone(), client.clone(), base.to_owned(), stop.clone());
+            let (op, stop, addr) = (op.clone(), stop.clone(), server.addr);
             tokio::spawn(async move {
                 let mut tally = Tally::default();
+                let mut connection = match HttpConnection::open(addr).await {
+                    Ok(connection) => connection,
+                    Err(_) => {
+                        tally.errors += 1;
+                        return tally;
+                    }
+                };
                 let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1);
                 let measure_from = Instant::now() + warmup;
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
-                    let result = once(&op, &client, &base, &mut rng).await;
+                    let result = once(&op, &mut connection, &mut rng).await;
                     if t >= measure_from {
                         tally.record(t, result);
                     }
@@ -318,22 +349,21 @@ async fn contention(
     server: &ApiProcess,
     clients: usize,
     duration: Duration,
-    client: &reqwest::Client,
-    base: &str,
-) -> Workload {
+) -> anyhow::Result<Workload> {
+    // Connected up front: a task that failed later would leave the others waiting at a barrier.
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connections.push(HttpConnection::open(server.addr).await?);
+    }
     let sampler = server.rss_sampler();
     let barrier = Arc::new(Barrier::new(clients));
     let go_on = Arc::new(AtomicBool::new(true));
     let deadline = Instant::now() + duration;
     let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let (client, base, barrier, go_on) = (
-                client.clone(),
-                base.to_owned(),
-                barrier.clone(),
-                go_on.clone(),
-            );
+    let tasks: Vec<_> = connections
+        .into_iter()
+        .map(|mut connection| {
+            let (barrier, go_on) = (barrier.clone(), go_on.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 for round in 0.. {
@@ -349,7 +379,7 @@ async fn contention(
                     }
                     let key = format!("contended-{}-{round}", std::process::id());
                     let t = Instant::now();
-                    tally.record(t, post(&client, &base, Some(&key)).await);
+                    tally.record(t, connection.post(Some(&key)).await);
                 }
                 tally
             })
@@ -357,7 +387,7 @@ async fn contention(
         .collect();
     let tally = Tally::gather(tasks).await;
     let name = format!("contention_{clients}_one_key");
-    tally.summarize(&name, clients, started.elapsed(), sampler.stop().await)
+    Ok(tally.summarize(&name, clients, started.elapsed(), sampler.stop().await))
 }
 
 /// What the clients of one workload saw.
@@ -369,7 +399,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(&mut self, started: Instant, result: Result<u16, reqwest::Error>) {
+    fn record(&mut self, started: Instant, result: anyhow::Result<u16>) {
         match result {
             Ok(status) => {
                 self.latencies_us.push(started.elapsed().as_micros() as u64);
@@ -585,7 +615,7 @@ fn chart(report: &Report) -> String {
 /// The API under test, as a child process.
 struct ApiProcess {
     child: Child,
-    base: String,
+    addr: SocketAddr,
 }
 
 impl ApiProcess {
@@ -598,11 +628,11 @@ impl ApiProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let base = format!("http://127.0.0.1:{port}");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut child = Command::new(bin)
             .args(["serve", "--migrate"])
             .env("DATABASE_URL", database_url)
-            .env("BIND_ADDR", format!("127.0.0.1:{port}"))
+            .env("BIND_ADDR", addr.to_string())
             .env("BOOTSTRAP_API_KEYS", format!("{TOKEN}=merchant_demo"))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
@@ -614,9 +644,9 @@ impl ApiProcess {
             if let Some(status) = child.try_wait()? {
                 bail!("payments-api exited during start-up: {status}");
             }
-            if let Ok(response) = reqwest::get(format!("{base}/readyz")).await {
-                if response.status().is_success() {
-                    return Ok(Self { child, base });
+            if let Ok(mut connection) = HttpConnection::open(addr).await {
+                if connection.get("/readyz").await.ok() == Some(200) {
+                    return Ok(Self { child, addr });
                 }
             }
             if started.elapsed() > Duration::from_secs(30) {

@@ -35,7 +35,8 @@ pub fn init(format: LogFormat) -> Option<LogGuard> {
     let ansi = std::io::stdout().is_terminal();
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .lossy(false)
-        .finish(std::io::stdout());
+        // The thread drains every queued line, then flushes: under load, one write for many lines.
+        .finish(std::io::BufWriter::new(std::io::stdout()));
     let registry = tracing_subscriber::registry().with(filter);
     let installed = match format {
         LogFormat::Json => registry
