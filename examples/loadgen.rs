@@ -20,7 +20,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Parser;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, client::conn::http1, header};
+use hyper::{Method, Request, client::conn::http1, header, header::HeaderValue};
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use sqlx::{Connection as _, PgConnection};
@@ -226,6 +226,7 @@ enum Op {
 struct HttpConnection {
     sender: http1::SendRequest<Full<Bytes>>,
     addr: SocketAddr,
+    host: HeaderValue,
 }
 
 impl HttpConnection {
@@ -234,7 +235,17 @@ impl HttpConnection {
         stream.set_nodelay(true)?;
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
-        Ok(Self { sender, addr })
+        let host = HeaderValue::try_from(addr.to_string())?;
+        Ok(Self { sender, addr, host })
+    }
+
+    /// A request with the headers every one carries.
+    fn request(&self, method: Method, path: &str) -> hyper::http::request::Builder {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, self.host.clone())
+            .header(header::AUTHORIZATION, AUTHORIZATION)
     }
 
     /// Sends one request and reads the whole answer; reconnects first if the server closed.
@@ -250,9 +261,8 @@ impl HttpConnection {
     }
 
     async fn post(&mut self, key: Option<&str>) -> anyhow::Result<u16> {
-        let mut request = Request::post("/v1/payment_intents")
-            .header(header::HOST, self.addr.to_string())
-            .header(header::AUTHORIZATION, AUTHORIZATION)
+        let mut request = self
+            .request(Method::POST, "/v1/payment_intents")
             .header(header::CONTENT_TYPE, "application/json");
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
@@ -262,9 +272,8 @@ impl HttpConnection {
     }
 
     async fn get(&mut self, path: &str) -> anyhow::Result<u16> {
-        let request = Request::get(path)
-            .header(header::HOST, self.addr.to_string())
-            .header(header::AUTHORIZATION, AUTHORIZATION)
+        let request = self
+            .request(Method::GET, path)
             .body(Full::new(Bytes::new()))?;
         self.send(request).await
     }

@@ -4,10 +4,10 @@
 use std::{
     str::FromStr,
     sync::{
-        Arc,
+        Arc, LazyLock,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use anyhow::Context;
@@ -40,13 +40,14 @@ const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 /// dead one would fail a request of its own before the pool replaced it.
 const DISTRUST_FOR: Duration = Duration::from_secs(5);
 
-/// When a statement last failed on a lost connection, in milliseconds since the Unix epoch.
+/// When a statement last failed on a lost connection, in milliseconds after [`CLOCK_START`]
+/// (a monotonic clock: a wall-clock jump must not open or close the window); 0 means never.
 static CONNECTION_LOST_AT_MS: AtomicU64 = AtomicU64::new(0);
+static CLOCK_START: LazyLock<Instant> = LazyLock::new(Instant::now);
 
-fn unix_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+fn millis_since_start() -> u64 {
+    // +1 so that a loss in the very first millisecond is not mistaken for "never".
+    CLOCK_START.elapsed().as_millis() as u64 + 1
 }
 
 /// Whether `error` says the connection itself is gone (the server closed it or went away).
@@ -64,12 +65,12 @@ pub fn is_connection_lost(error: &sqlx::Error) -> bool {
 /// Reported by whoever saw [`is_connection_lost`]: for a while, pooled connections are pinged
 /// before use, so the rest of the dead ones are replaced without failing a request each.
 pub fn distrust_idle_connections() {
-    CONNECTION_LOST_AT_MS.store(unix_millis(), Ordering::Relaxed);
+    CONNECTION_LOST_AT_MS.store(millis_since_start(), Ordering::Relaxed);
 }
 
 fn idle_connections_distrusted() -> bool {
     let lost_at = CONNECTION_LOST_AT_MS.load(Ordering::Relaxed);
-    lost_at != 0 && unix_millis().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
+    lost_at != 0 && millis_since_start().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
 }
 
 fn pool_options(max_connections: u32) -> PgPoolOptions {

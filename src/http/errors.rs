@@ -137,22 +137,16 @@ impl ApiError {
 
 /// Errors of reaching the database, as opposed to errors of the statement itself.
 pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    if crate::db::is_connection_lost(error) {
+        return true;
+    }
     match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Tls(_) => true,
-        sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_) => true,
-        // Class 08 (connection exception), 57P0x (admin/crash shutdown, cannot connect now),
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
         // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock): all say
         // "try again", none says the request was wrong.
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08")
-                || code.starts_with("57P")
-                || code.starts_with("53")
-                || code == "40001"
-                || code == "40P01"
-        }),
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("53") || code == "40001" || code == "40P01"),
         _ => false,
     }
 }

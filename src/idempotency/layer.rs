@@ -130,7 +130,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         if state.settings.key_required {
             return Err(rejected(ApiError::IdempotencyKeyMissing));
         }
-        let response = execute(state, request, next, None, None).await;
+        let response = execute(state, request, next, None).await;
         let kind = verdict_or(&response, OutcomeKind::Unkeyed);
         return Ok((response, kind, None));
     };
@@ -196,7 +196,7 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
         key,
         attempt,
     };
-    let response = execute(state, request, next, Some(claimed), Some(connection)).await;
+    let response = execute(state, request, next, Some((claimed, connection))).await;
     let kind = verdict_or(&response, kind);
     Ok((response, kind, Some(attempt)))
 }
@@ -211,7 +211,7 @@ fn verdict_or(response: &Response, otherwise: OutcomeKind) -> OutcomeKind {
     }
 }
 
-/// The claim this request holds.
+/// The claim this request holds. Its transaction begins on the connection it was claimed on.
 struct Claimed {
     scope: Scope,
     key: IdempotencyKey,
@@ -233,17 +233,13 @@ async fn execute(
     state: &IdempotencyState,
     request: Request,
     next: Next,
-    claimed: Option<Claimed>,
-    connection: Option<PoolConnection<Postgres>>,
+    claimed: Option<(Claimed, PoolConnection<Postgres>)>,
 ) -> Response {
     let state = state.clone();
     let timeout = state.request_timeout;
     let task = tokio::spawn(async move {
-        match tokio::time::timeout(
-            timeout,
-            run_in_transaction(&state, request, next, claimed.as_ref(), connection),
-        )
-        .await
+        match tokio::time::timeout(timeout, run_in_transaction(&state, request, next, claimed))
+            .await
         {
             Ok(response) => response,
             // Dropping the transaction rolled it back; the lease stays, as after a crash.
@@ -266,13 +262,16 @@ async fn run_in_transaction(
     state: &IdempotencyState,
     mut request: Request,
     next: Next,
-    claimed: Option<&Claimed>,
-    connection: Option<PoolConnection<Postgres>>,
+    claimed: Option<(Claimed, PoolConnection<Postgres>)>,
 ) -> Response {
-    let begun = match connection {
-        Some(connection) => RequestTransaction::begin_on(connection).await,
-        None => RequestTransaction::begin(&state.pool).await,
+    let (claimed, begun) = match claimed {
+        Some((claimed, connection)) => (
+            Some(claimed),
+            RequestTransaction::begin_on(connection).await,
+        ),
+        None => (None, RequestTransaction::begin(&state.pool).await),
     };
+    let claimed = claimed.as_ref();
     let slot = match begun {
         Ok(slot) => slot,
         Err(e) => return abort(state, claimed, ApiError::Database(e).into_response()).await,

@@ -248,6 +248,18 @@ impl TestApp {
         .await
     }
 
+    /// An unauthenticated GET (health, metrics, the OpenAPI document, unknown routes).
+    pub async fn get(&self, path: &str) -> Answer {
+        Answer::of(
+            self.client
+                .get(format!("{}{path}", self.address))
+                .send()
+                .await
+                .expect("request sent"),
+        )
+        .await
+    }
+
     pub async fn get_intent(&self, token: &str, id: &str) -> Response {
         self.client
             .get(format!("{}/v1/payment_intents/{id}", self.address))

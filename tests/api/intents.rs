@@ -168,14 +168,7 @@ async fn the_body_is_json_whatever_the_content_type_says() {
 #[tokio::test]
 async fn unknown_routes_and_methods_answer_json_errors() {
     let app = TestApp::spawn().await;
-    let answer = Answer::of(
-        app.client
-            .get(format!("{}/v2/nothing", app.address))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let answer = app.get("/v2/nothing").await;
     assert_eq!(answer.status, 404);
     assert_eq!(answer.json()["error"], "not_found");
     let answer = Answer::of(

@@ -15,41 +15,14 @@ use crate::{
 #[tokio::test]
 async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
     let app = TestApp::spawn().await;
-    let get = |path: &'static str, address: String, client: reqwest::Client| async move {
-        Answer::of(client.get(format!("{address}{path}")).send().await.unwrap()).await
-    };
-    assert_eq!(
-        get("/healthz", app.address.clone(), app.client.clone())
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        get("/readyz", app.address.clone(), app.client.clone())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(app.get("/healthz").await.status, 200);
+    assert_eq!(app.get("/readyz").await.status, 200);
 
     // Same binary, database not migrated yet: alive, but not ready.
     let unmigrated =
         TestApp::spawn_on(&empty_database().await, |s| s.bootstrap_api_keys.clear()).await;
-    assert_eq!(
-        get(
-            "/healthz",
-            unmigrated.address.clone(),
-            unmigrated.client.clone()
-        )
-        .await
-        .status,
-        200
-    );
-    let not_ready = get(
-        "/readyz",
-        unmigrated.address.clone(),
-        unmigrated.client.clone(),
-    )
-    .await;
+    assert_eq!(unmigrated.get("/healthz").await.status, 200);
+    let not_ready = unmigrated.get("/readyz").await;
     assert_eq!(not_ready.status, 503);
     assert_eq!(not_ready.json()["error"], "unavailable");
     assert!(not_ready.header("retry-after").is_some());
@@ -60,13 +33,12 @@ async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
         ..test_settings("postgres://postgres@127.0.0.1:1/nothing")
     })
     .await;
-    assert_eq!(
-        get("/healthz", unreachable.clone(), reqwest::Client::new())
-            .await
-            .status,
-        200
-    );
-    let not_ready = get("/readyz", unreachable.clone(), reqwest::Client::new()).await;
+    let get = |path: &str| {
+        let url = format!("{unreachable}{path}");
+        async move { Answer::of(reqwest::get(url).await.unwrap()).await }
+    };
+    assert_eq!(get("/healthz").await.status, 200);
+    let not_ready = get("/readyz").await;
     assert_eq!(
         (not_ready.status, not_ready.json()["error"].as_str()),
         (503, Some("unavailable"))
@@ -90,14 +62,7 @@ async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
 async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     let app = TestApp::spawn().await;
     let scrape = || async {
-        let metrics = Answer::of(
-            app.client
-                .get(format!("{}/metrics", app.address))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let metrics = app.get("/metrics").await;
         assert_eq!(metrics.status, 200);
         assert!(
             metrics
@@ -170,14 +135,7 @@ async fn the_openapi_document_is_served_and_matches_the_committed_copy() {
     );
 
     let app = TestApp::spawn().await;
-    let served = Answer::of(
-        app.client
-            .get(format!("{}/openapi.json", app.address))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let served = app.get("/openapi.json").await;
     assert_eq!(served.status, 200);
     let document = served.json();
     assert_eq!(
