@@ -2,6 +2,7 @@
 //! opens and a handler writes through.
 
 use std::{
+    ops::{Deref, DerefMut},
     str::FromStr,
     sync::{
         Arc, LazyLock,
@@ -12,7 +13,7 @@ use std::{
 
 use anyhow::Context;
 use sqlx::{
-    Connection, PgPool, Postgres, Transaction,
+    Connection, Executor, PgConnection, PgPool, Postgres,
     migrate::{MigrateDatabase, Migrator},
     pool::PoolConnection,
     postgres::{PgConnectOptions, PgPoolOptions},
@@ -20,8 +21,6 @@ use sqlx::{
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
-
-pub type PgTransaction = Transaction<'static, Postgres>;
 
 /// Builds the pool lazily so the server starts (and `/healthz` answers) while the database is down.
 pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
@@ -115,35 +114,121 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 }
 
 /// The transaction of one side-effecting request, shared between the layer that opens it (and
-/// later writes the idempotency completion into it) and the handler that writes through it.
+/// later ends it, with the idempotency completion) and the handler that writes through it.
 #[derive(Clone)]
-pub struct RequestTransaction(Arc<Mutex<Option<PgTransaction>>>);
+pub struct RequestTransaction(Arc<Mutex<Option<OpenTransaction>>>);
 
 impl RequestTransaction {
     pub async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        Ok(Self::from(pool.begin().await?))
+        Ok(Self::from(
+            OpenTransaction::begin(pool.acquire().await?).await?,
+        ))
     }
 
     /// Begins on a connection the request already holds (the one its key was claimed on), so a
-    /// keyed request takes one connection from the pool, not two. `Transaction::begin` is what
-    /// `Pool::begin` runs after acquiring; like it, dropping the transaction rolls it back.
+    /// keyed request takes one connection from the pool, not two.
     pub async fn begin_on(connection: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
-        Ok(Self::from(Transaction::begin(connection, None).await?))
+        Ok(Self::from(OpenTransaction::begin(connection).await?))
     }
 
     /// Exclusive use of the transaction; `None` once the layer has taken it back.
-    pub async fn lock(&self) -> OwnedMutexGuard<Option<PgTransaction>> {
+    pub async fn lock(&self) -> OwnedMutexGuard<Option<OpenTransaction>> {
         self.0.clone().lock_owned().await
     }
 
     /// Takes the transaction back after the handler returned, to complete and commit it.
-    pub async fn take(&self) -> Option<PgTransaction> {
+    pub async fn take(&self) -> Option<OpenTransaction> {
         self.0.lock().await.take()
     }
 }
 
-impl From<PgTransaction> for RequestTransaction {
-    fn from(transaction: PgTransaction) -> Self {
+impl From<OpenTransaction> for RequestTransaction {
+    fn from(transaction: OpenTransaction) -> Self {
         Self(Arc::new(Mutex::new(Some(transaction))))
+    }
+}
+
+/// A transaction on a pooled connection, begun and ended by plain `BEGIN`/`COMMIT` statements of
+/// our own rather than by `sqlx::Transaction`, whose commit is a round trip of its own: ending it
+/// with [`OpenTransaction::commit_after`] sends the last statements and the `COMMIT` in one simple
+/// query message, so they cost one round trip together. PostgreSQL skips the rest of such a message
+/// after the first error, so a failing statement never lets the `COMMIT` behind it run.
+///
+/// Dropped while open (a handler panicked, the request timed out), it rolls back before the
+/// connection goes back to the pool, as `sqlx::Transaction` does.
+pub struct OpenTransaction {
+    /// `None` once committed or rolled back.
+    connection: Option<PoolConnection<Postgres>>,
+}
+
+impl OpenTransaction {
+    async fn begin(mut connection: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
+        connection.execute("BEGIN").await?;
+        Ok(Self {
+            connection: Some(connection),
+        })
+    }
+
+    /// Runs `statements` (SQL text ending in `;`, with every value already a safe literal, or
+    /// empty) and then commits, in one round trip. On any error the transaction is rolled back
+    /// (nothing it wrote stays), unless the connection itself was lost during the `COMMIT`: then
+    /// whether it committed is unknown, and the caller must treat it so.
+    pub async fn commit_after(mut self, statements: &str) -> Result<(), sqlx::Error> {
+        let mut connection = self.connection.take().expect("open until consumed");
+        let message = format!("{statements}COMMIT");
+        // A query without arguments goes out as one simple-query message (sqlx's `raw_sql`).
+        match connection.execute(message.as_str()).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                Self::end(connection).await;
+                Err(error)
+            }
+        }
+    }
+
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.commit_after("").await
+    }
+
+    pub async fn rollback(mut self) {
+        if let Some(connection) = self.connection.take() {
+            Self::end(connection).await;
+        }
+    }
+
+    /// Rolls back whatever is open (after a failed statement, PostgreSQL only accepts that) and
+    /// returns the connection to the pool, or closes it when even that fails.
+    async fn end(mut connection: PoolConnection<Postgres>) {
+        if connection.execute("ROLLBACK").await.is_err() {
+            connection.close_on_drop();
+        }
+    }
+}
+
+impl Deref for OpenTransaction {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.connection.as_ref().expect("open until consumed")
+    }
+}
+
+impl DerefMut for OpenTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.connection.as_mut().expect("open until consumed")
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        let Some(mut connection) = self.connection.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(Self::end(connection));
+            }
+            // No runtime left to roll back on: never hand an open transaction to the pool.
+            Err(_) => connection.close_on_drop(),
+        }
     }
 }

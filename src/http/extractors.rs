@@ -12,11 +12,11 @@ use sqlx::PgConnection;
 use tokio::sync::OwnedMutexGuard;
 
 use super::errors::ApiError;
-use crate::db::{PgTransaction, RequestTransaction};
+use crate::db::{OpenTransaction, RequestTransaction};
 
 /// The request's transaction (opened by the idempotency layer). Whatever a handler writes through
 /// it commits together with the stored response, or not at all (SPEC §5.4).
-pub struct Tx(OwnedMutexGuard<Option<PgTransaction>>);
+pub struct Tx(OwnedMutexGuard<Option<OpenTransaction>>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Tx {
     type Rejection = ApiError;
@@ -43,13 +43,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Tx {
 impl Deref for Tx {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
-        self.0.as_ref().expect("checked when extracted")
+        self.0.as_deref().expect("checked when extracted")
     }
 }
 
 impl DerefMut for Tx {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        self.0.as_mut().expect("checked when extracted")
+        self.0.as_deref_mut().expect("checked when extracted")
     }
 }
 

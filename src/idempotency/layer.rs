@@ -278,13 +278,13 @@ async fn run_in_transaction(
     };
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
-    let Some(mut tx) = slot.take().await else {
+    let Some(tx) = slot.take().await else {
         let error = ApiError::Internal(anyhow::anyhow!("the handler kept the request transaction"));
         return abort(state, claimed, error.into_response()).await;
     };
 
     if response.extensions().get::<TransactionFailed>().is_some() {
-        drop(tx.rollback().await);
+        tx.rollback().await;
         return abort(state, claimed, response).await;
     }
 
@@ -298,40 +298,35 @@ async fn run_in_transaction(
     let stored = match store_form(response).await {
         Ok(stored) => stored,
         Err(error) => {
-            drop(tx.rollback().await);
+            tx.rollback().await;
             return abort(state, Some(claimed), error.into_response()).await;
         }
     };
-    match store::complete(
-        &mut tx,
-        &claimed.scope,
-        &claimed.key,
-        claimed.attempt,
-        &stored,
-    )
-    .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
+    let completion =
+        match store::completion_statement(&claimed.scope, &claimed.key, claimed.attempt, &stored) {
+            Ok(completion) => completion,
+            Err(e) => {
+                tx.rollback().await;
+                let error = ApiError::Internal(anyhow::anyhow!("cannot store the headers: {e}"));
+                return abort(state, Some(claimed), error.into_response()).await;
+            }
+        };
+    match tx.commit_after(&completion).await {
+        Ok(()) => response_from(stored),
+        Err(e) if store::is_lease_lost(&e) => {
             // Another attempt took the key over while this one ran: only one result may ever
-            // leave the server per key, so this attempt's writes vanish (SPEC §5.4).
-            drop(tx.rollback().await);
+            // leave the server per key, so this attempt's writes vanished with the rollback
+            // (SPEC §5.4).
             let mut response = ApiError::IdempotencyKeyLeaseLost {
                 key: claimed.key.to_string(),
             }
             .into_response();
             response.extensions_mut().insert(LayerVerdict::LeaseLost);
-            return response;
+            response
         }
-        Err(e) => {
-            drop(tx.rollback().await);
-            return abort(state, Some(claimed), ApiError::Database(e).into_response()).await;
-        }
-    }
-    match tx.commit().await {
-        Ok(()) => response_from(stored),
-        // The commit's outcome is unknown: if it happened, the retry replays it; if not, the
-        // released lease lets the retry take over at once. Either way exactly one result stands.
+        // Rolled back, or the connection was lost around the COMMIT and its outcome is unknown: if
+        // it happened, the retry replays it; if not, the released lease lets the retry take over at
+        // once. Either way exactly one result stands.
         Err(e) => abort(state, Some(claimed), ApiError::Database(e).into_response()).await,
     }
 }

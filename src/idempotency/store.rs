@@ -152,34 +152,43 @@ pub async fn claim(
     Ok(Claim::InFlight)
 }
 
-/// Stores the response inside the handler's own transaction, with a compare-and-set on `attempt`.
-/// Returns false when another attempt took the key over: the caller must roll back.
-pub async fn complete(
-    tx: &mut PgConnection,
+/// Raised by `idempotency_complete` when another attempt took the key over while this one ran.
+pub const LEASE_LOST_SQLSTATE: &str = "PA409";
+
+/// The statement that stores the response inside the handler's own transaction, with a
+/// compare-and-set on `attempt` (SPEC §5.4): the layer sends it together with the `COMMIT`, one
+/// round trip for both (see the migration that defines `idempotency_complete`). When the attempt
+/// lost the key, the statement fails with [`LEASE_LOST_SQLSTATE`] and the `COMMIT` never runs.
+///
+/// A message that carries a `COMMIT` cannot carry bind parameters, so every value is spelled as a
+/// literal here: integers in decimal, every text and byte value as hex digits inside `decode`, which
+/// no input can break out of, whatever quotes or backslashes it holds.
+pub fn completion_statement(
     scope: &Scope,
     key: &IdempotencyKey,
     attempt: i32,
     response: &StoredResponse,
-) -> Result<bool, sqlx::Error> {
-    let headers =
-        serde_json::to_value(&response.headers).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
-    let result = sqlx::query!(
-        r#"
-        UPDATE idempotency_keys
-           SET state = 'completed', completed_at = now(),
-               response_status = $4, response_headers = $5, response_body = $6
-         WHERE scope = $1 AND key = $2 AND attempt = $3 AND state = 'in_flight'
-        "#,
-        scope.as_str(),
-        key.as_str(),
-        attempt,
-        response.status as i16,
-        headers,
-        response.body.as_slice(),
-    )
-    .execute(tx)
-    .await?;
-    Ok(result.rows_affected() == 1)
+) -> Result<String, serde_json::Error> {
+    let headers = serde_json::to_vec(&response.headers)?;
+    let text = |bytes: &[u8]| {
+        format!(
+            "convert_from(decode('{}', 'hex'), 'UTF8')",
+            hex::encode(bytes)
+        )
+    };
+    Ok(format!(
+        "SELECT idempotency_complete({scope}, {key}, {attempt}, {status}::smallint, {headers}::jsonb, decode('{body}', 'hex'));",
+        scope = text(scope.as_str().as_bytes()),
+        key = text(key.as_str().as_bytes()),
+        status = response.status,
+        headers = text(&headers),
+        body = hex::encode(&response.body),
+    ))
+}
+
+/// Whether the completion failed because another attempt took the key over.
+pub fn is_lease_lost(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(LEASE_LOST_SQLSTATE))
 }
 
 /// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the

@@ -228,6 +228,34 @@ async fn quoted_and_bare_forms_name_the_same_key() {
     assert_eq!(quoted.body, first.body);
 }
 
+/// The completion travels with the COMMIT in one message, so its values are spelled as literals
+/// (the layer hex-encodes them): keys made of quotes, backslashes and SQL must be stored, told apart
+/// and replayed like any other.
+#[tokio::test]
+async fn keys_made_of_sql_metacharacters_are_stored_and_replayed_like_any_other() {
+    let app = TestApp::spawn().await;
+    let keys = [
+        r#"it's"#,
+        r#"');COMMIT;DROP/**/TABLE/**/idempotency_keys;--"#,
+        r#"back\slash\x00"#,
+        r#"$$quoted$$"#,
+        r#"\x27"#,
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        let body = body_with_amount(&(100 + i).to_string());
+        let first = Answer::of(app.create_intent(DEMO_TOKEN, Some(key), &body).await).await;
+        assert_eq!(first.status, 201, "first request with key {key}");
+        let replay = Answer::of(app.create_intent(DEMO_TOKEN, Some(key), &body).await).await;
+        assert_eq!(replay.status, 201, "replay with key {key}");
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        assert_eq!(replay.body, first.body);
+        assert_eq!(replay.header("location"), first.header("location"));
+        let record = app.key_record(DEMO_MERCHANT, key).await;
+        assert_eq!(record.map(|r| r.state).as_deref(), Some("completed"));
+    }
+    assert_eq!(app.intent_count().await, keys.len() as i64);
+}
+
 #[tokio::test]
 async fn posts_without_a_key_simply_run_unless_keys_are_required() {
     let app = TestApp::spawn().await;
