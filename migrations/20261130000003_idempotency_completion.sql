@@ -12,10 +12,14 @@ CREATE FUNCTION idempotency_complete(
 ) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- The parameters take the collation of the caller's arguments (text built by convert_from has
+    -- collation "C"), and a comparison in another collation than the primary key's cannot use it:
+    -- that would be a sequential scan per completion. So the keys are compared in the columns' own.
     UPDATE idempotency_keys
        SET state = 'completed', completed_at = now(),
            response_status = p_status, response_headers = p_headers, response_body = p_body
-     WHERE scope = p_scope AND key = p_key AND attempt = p_attempt AND state = 'in_flight';
+     WHERE scope = p_scope COLLATE "default" AND key = p_key COLLATE "default"
+       AND attempt = p_attempt AND state = 'in_flight';
     IF NOT FOUND THEN
         -- SQLSTATE PA409 is ours (class PA is unused by PostgreSQL): the layer answers 409
         -- idempotency_key_lease_lost when it sees it.
