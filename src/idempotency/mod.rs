@@ -17,7 +17,7 @@ pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
 pub use routes::router;
-pub use store::{Claim, StoredResponse, delete_expired};
+pub use store::{Claim, StoredResponse, completion_statement, delete_expired};
 
 /// Whose keys these are: the authenticated merchant (SPEC §2). Keys are unique only within a
 /// scope, and the scope comes from credentials, never from the body, so nobody can read or block
