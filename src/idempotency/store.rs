@@ -153,7 +153,7 @@ pub async fn claim(
 }
 
 /// Raised by `idempotency_complete` when another attempt took the key over while this one ran.
-pub const LEASE_LOST_SQLSTATE: &str = "PA409";
+const LEASE_LOST_SQLSTATE: &str = "PA409";
 
 /// The statement that stores the response inside the handler's own transaction, with a
 /// compare-and-set on `attempt` (SPEC §5.4): the layer sends it together with the `COMMIT`, one
