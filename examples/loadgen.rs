@@ -477,9 +477,9 @@ async fn existing_ids(database_url: &str) -> anyhow::Result<Vec<String>> {
 
 fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<Reference>> {
     // The reference's `plain` script draws intent ids from 10^9 random numbers per client, so at
-    // ~15 000 inserts a second about one 10 s run in three aborts on a duplicate id (pgbench exits
-    // 2, the script prints nothing of it). A rerun is an honest measurement; five in a row fail
-    // about once in two hundred benches.
+    // ~15 000 inserts a second a 10 s run aborts on a duplicate id one time in two or three
+    // (pgbench exits 2, the script prints nothing of it). A rerun is an honest measurement; five
+    // failures in a row are rare (a few in a hundred benches at worst).
     const ATTEMPTS: usize = 5;
     let mut attempt = 1;
     let output = loop {
@@ -497,8 +497,8 @@ fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let tail: Vec<&str> = said.lines().rev().take(5).collect();
-        let tail = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+        let lines: Vec<&str> = said.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join("\n");
         if attempt == ATTEMPTS {
             bail!("reference.sh failed {ATTEMPTS} times; last output:\n{tail}");
         }

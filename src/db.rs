@@ -120,9 +120,7 @@ pub struct RequestTransaction(Arc<Mutex<Option<OpenTransaction>>>);
 
 impl RequestTransaction {
     pub async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        Ok(Self::from(
-            OpenTransaction::begin(pool.acquire().await?).await?,
-        ))
+        Self::begin_on(pool.acquire().await?).await
     }
 
     /// Begins on a connection the request already holds (the one its key was claimed on), so a
@@ -173,9 +171,10 @@ impl OpenTransaction {
     /// empty) and then commits, in one round trip. On any error the transaction is rolled back
     /// (nothing it wrote stays), unless the connection itself was lost during the `COMMIT`: then
     /// whether it committed is unknown, and the caller must treat it so.
-    pub async fn commit_after(mut self, statements: &str) -> Result<(), sqlx::Error> {
+    pub async fn commit_after(mut self, statements: String) -> Result<(), sqlx::Error> {
         let mut connection = self.connection.take().expect("open until consumed");
-        let message = format!("{statements}COMMIT");
+        let mut message = statements;
+        message.push_str("COMMIT");
         // A query without arguments goes out as one simple-query message (sqlx's `raw_sql`).
         match connection.execute(message.as_str()).await {
             Ok(_) => Ok(()),
@@ -187,7 +186,7 @@ impl OpenTransaction {
     }
 
     pub async fn commit(self) -> Result<(), sqlx::Error> {
-        self.commit_after("").await
+        self.commit_after(String::new()).await
     }
 
     pub async fn rollback(mut self) {

@@ -303,15 +303,8 @@ async fn run_in_transaction(
         }
     };
     let completion =
-        match store::completion_statement(&claimed.scope, &claimed.key, claimed.attempt, &stored) {
-            Ok(completion) => completion,
-            Err(e) => {
-                tx.rollback().await;
-                let error = ApiError::Internal(anyhow::anyhow!("cannot store the headers: {e}"));
-                return abort(state, Some(claimed), error.into_response()).await;
-            }
-        };
-    match tx.commit_after(&completion).await {
+        store::completion_statement(&claimed.scope, &claimed.key, claimed.attempt, &stored);
+    match tx.commit_after(completion).await {
         Ok(()) => response_from(stored),
         Err(e) if store::is_lease_lost(&e) => {
             // Another attempt took the key over while this one ran: only one result may ever

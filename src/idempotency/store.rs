@@ -168,22 +168,23 @@ pub fn completion_statement(
     key: &IdempotencyKey,
     attempt: i32,
     response: &StoredResponse,
-) -> Result<String, serde_json::Error> {
-    let headers = serde_json::to_vec(&response.headers)?;
+) -> String {
+    let headers =
+        serde_json::to_vec(&response.headers).expect("a list of string pairs always serializes");
     let text = |bytes: &[u8]| {
         format!(
             "convert_from(decode('{}', 'hex'), 'UTF8')",
             hex::encode(bytes)
         )
     };
-    Ok(format!(
+    format!(
         "SELECT idempotency_complete({scope}, {key}, {attempt}, {status}::smallint, {headers}::jsonb, decode('{body}', 'hex'));",
         scope = text(scope.as_str().as_bytes()),
         key = text(key.as_str().as_bytes()),
         status = response.status,
         headers = text(&headers),
         body = hex::encode(&response.body),
-    ))
+    )
 }
 
 /// Whether the completion failed because another attempt took the key over.

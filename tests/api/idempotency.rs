@@ -281,8 +281,7 @@ async fn the_completion_finds_its_record_through_the_primary_key() {
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
             body: b"{}".to_vec(),
         },
-    )
-    .unwrap();
+    );
 
     let mut tx = app.db.begin().await.unwrap();
     // With sequential scans priced out, one still happens only when no index can serve the UPDATE.
