@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::{db::Pool, http::errors::ApiError, idempotency::Scope};
 use axum::{
     extract::{Request, State},
     http::header,
@@ -11,9 +12,6 @@ use axum::{
 };
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
-
-use crate::{http::errors::ApiError, idempotency::Scope};
 
 /// The merchant account a request is authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +45,14 @@ fn token_hash(token: &str) -> [u8; 32] {
 /// lookup each time and cannot fill the cache. A deleted key stays usable for at most `KNOWN_FOR`.
 #[derive(Clone)]
 pub struct Authenticator {
-    pool: PgPool,
+    pool: Pool,
     known: moka::sync::Cache<[u8; 32], MerchantId>,
 }
 
 impl Authenticator {
     const KNOWN_FOR: Duration = Duration::from_secs(60);
 
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: Pool) -> Self {
         let known = moka::sync::Cache::builder()
             .max_capacity(10_000)
             .time_to_live(Self::KNOWN_FOR)
@@ -71,7 +69,7 @@ impl Authenticator {
             "SELECT merchant_id FROM api_keys WHERE token_sha256 = $1",
             &hash[..]
         )
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.pool.acquire().await?)
         .await?
         .map(MerchantId);
         if let Some(merchant) = &merchant {
@@ -115,7 +113,7 @@ pub async fn require_merchant(
 }
 
 /// Upserts `(token, merchant)` pairs, e.g. from `BOOTSTRAP_API_KEYS`.
-pub async fn bootstrap(pool: &PgPool, keys: &[(String, String)]) -> anyhow::Result<()> {
+pub async fn bootstrap(pool: &Pool, keys: &[(String, String)]) -> anyhow::Result<()> {
     for (token, merchant) in keys {
         let merchant = MerchantId::parse(merchant)?;
         insert(pool, token, &merchant).await?;
@@ -124,7 +122,7 @@ pub async fn bootstrap(pool: &PgPool, keys: &[(String, String)]) -> anyhow::Resu
 }
 
 /// A new random token (256 bits) for a merchant; only its hash is stored.
-pub async fn create(pool: &PgPool, merchant: &MerchantId) -> anyhow::Result<String> {
+pub async fn create(pool: &Pool, merchant: &MerchantId) -> anyhow::Result<String> {
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("sk_{}", hex::encode(secret));
@@ -132,7 +130,7 @@ pub async fn create(pool: &PgPool, merchant: &MerchantId) -> anyhow::Result<Stri
     Ok(token)
 }
 
-async fn insert(pool: &PgPool, token: &str, merchant: &MerchantId) -> anyhow::Result<()> {
+async fn insert(pool: &Pool, token: &str, merchant: &MerchantId) -> anyhow::Result<()> {
     let hash = token_hash(token);
     sqlx::query!(
         r#"
@@ -142,7 +140,7 @@ async fn insert(pool: &PgPool, token: &str, merchant: &MerchantId) -> anyhow::Re
         merchant.as_str(),
         &hash[..],
     )
-    .execute(pool)
+    .execute(&mut *pool.acquire().await?)
     .await?;
     Ok(())
 }

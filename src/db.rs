@@ -12,19 +12,78 @@ use std::{
 };
 
 use anyhow::Context;
+use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType};
 use sqlx::{
-    Connection, Executor, PgConnection, PgPool, Postgres,
+    Connection, Executor, PgConnection, Postgres,
     migrate::{MigrateDatabase, Migrator},
-    pool::PoolConnection,
     postgres::{PgConnectOptions, PgPoolOptions},
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
-/// Builds the pool lazily so the server starts (and `/healthz` answers) while the database is down.
-pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
-    Ok(pool_options(max_connections).connect_lazy_with(connect_options(database_url)?))
+/// The connection pool.
+///
+/// Not sqlx's own pool: sqlx 0.8 pings every connection as it takes it back (`return_to_pool` in
+/// sqlx-core 0.8.6, with no option to skip it), a round trip after every request that measured a
+/// fifth of a replay's throughput (README, Benchmark). deadpool hands connections back as they are,
+/// serves waiters first come, first served, and checks a connection before use only when
+/// [`Connector::recycle`] says so. A connection abandoned mid-statement (its request was cancelled)
+/// needs no check: sqlx-postgres reads the rest of the old answer before it sends anything new.
+#[derive(Clone)]
+pub struct Pool(managed::Pool<Connector>);
+
+/// A connection checked out of the [`Pool`]; dropping it gives it back.
+pub type PooledConnection = managed::Object<Connector>;
+
+/// Builds the pool. Connections open on first use, so the server starts (and `/healthz` answers)
+/// while the database is down.
+pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
+    let connector = Connector {
+        options: connect_options(database_url)?,
+    };
+    let pool = managed::Pool::builder(connector)
+        .max_size(max_connections as usize)
+        // A request waiting longer than this for a connection gets 503 rather than hanging.
+        .wait_timeout(Some(ACQUIRE_TIMEOUT))
+        .create_timeout(Some(ACQUIRE_TIMEOUT))
+        .recycle_timeout(Some(ACQUIRE_TIMEOUT))
+        // The connection given back last goes out first: it is the one least likely to need a
+        // ping, and its backend process is the warmest.
+        .queue_mode(managed::QueueMode::Lifo)
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .context("cannot build the connection pool")?;
+    Ok(Pool(pool))
+}
+
+impl Pool {
+    pub async fn acquire(&self) -> Result<PooledConnection, sqlx::Error> {
+        self.0.get().await.map_err(|error| match error {
+            PoolError::Backend(error) => error,
+            PoolError::Timeout(TimeoutType::Wait | TimeoutType::Create | TimeoutType::Recycle) => {
+                sqlx::Error::PoolTimedOut
+            }
+            PoolError::Closed => sqlx::Error::PoolClosed,
+            other => sqlx::Error::Configuration(other.to_string().into()),
+        })
+    }
+
+    /// Connections open now: `(in use, idle)`.
+    pub fn connections(&self) -> (usize, usize) {
+        let status = self.0.status();
+        (status.size - status.available, status.available)
+    }
+
+    /// Stops handing out connections and closes the idle ones politely; connections still in use
+    /// close as they come back.
+    pub async fn close(&self) {
+        self.0.close();
+        let idle = self.0.retain(|_, _| false);
+        for connection in idle.removed {
+            let _ = connection.close().await;
+        }
+    }
 }
 
 fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
@@ -32,6 +91,44 @@ fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
         .context("DATABASE_URL is not a valid PostgreSQL connection string")
 }
 
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens connections for the [`Pool`] and decides which ones to check before reuse.
+pub struct Connector {
+    options: PgConnectOptions,
+}
+
+/// A connection this old is replaced rather than reused (as sqlx's pool does by default), so
+/// server-side memory a long-lived backend accumulates is returned now and then.
+const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+impl managed::Manager for Connector {
+    type Type = PgConnection;
+    type Error = sqlx::Error;
+
+    async fn create(&self) -> Result<PgConnection, sqlx::Error> {
+        PgConnection::connect_with(&self.options).await
+    }
+
+    /// A connection in steady use has just proved itself; pinging each one first would put a
+    /// round trip in front of every request. Only one unused for a while, or any while connections
+    /// are known to be dying, is pinged first; one that fails is dropped and the next one tried.
+    async fn recycle(
+        &self,
+        connection: &mut PgConnection,
+        metrics: &Metrics,
+    ) -> RecycleResult<sqlx::Error> {
+        if metrics.age() >= MAX_LIFETIME {
+            return Err(RecycleError::message("past its lifetime"));
+        }
+        if metrics.last_used() >= IDLE_BEFORE_PING || idle_connections_distrusted() {
+            connection.ping().await?;
+        }
+        Ok(())
+    }
+}
+
+/// How long since a connection was last handed out before it is pinged first.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 /// How long after a statement failed on a lost connection every checkout pings first. A database
@@ -72,26 +169,6 @@ fn idle_connections_distrusted() -> bool {
     lost_at != 0 && millis_since_start().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
 }
 
-fn pool_options(max_connections: u32) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        // A request waiting longer than this for a connection gets 503 rather than hanging.
-        .acquire_timeout(Duration::from_secs(5))
-        // By default sqlx pings every connection it hands out: one more round trip in front of
-        // every request, the single largest cost of a replay. A connection in steady use has just
-        // proved itself (sqlx also pings each one as it comes back to the pool), so only one that
-        // sat idle for a while, or any while connections are known to be dying, is checked first.
-        .test_before_acquire(false)
-        .before_acquire(|connection, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= IDLE_BEFORE_PING || idle_connections_distrusted() {
-                    connection.ping().await?;
-                }
-                Ok(true)
-            })
-        })
-}
-
 /// Creates the database if it does not exist, then applies pending migrations.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     if !Postgres::database_exists(database_url)
@@ -119,13 +196,13 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 pub struct RequestTransaction(Arc<Mutex<Option<OpenTransaction>>>);
 
 impl RequestTransaction {
-    pub async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
+    pub async fn begin(pool: &Pool) -> Result<Self, sqlx::Error> {
         Self::begin_on(pool.acquire().await?).await
     }
 
     /// Begins on a connection the request already holds (the one its key was claimed on), so a
     /// keyed request takes one connection from the pool, not two.
-    pub async fn begin_on(connection: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
+    pub async fn begin_on(connection: PooledConnection) -> Result<Self, sqlx::Error> {
         Ok(Self::from(OpenTransaction::begin(connection).await?))
     }
 
@@ -156,11 +233,11 @@ impl From<OpenTransaction> for RequestTransaction {
 /// connection goes back to the pool, as `sqlx::Transaction` does.
 pub struct OpenTransaction {
     /// `None` once committed or rolled back.
-    connection: Option<PoolConnection<Postgres>>,
+    connection: Option<PooledConnection>,
 }
 
 impl OpenTransaction {
-    async fn begin(mut connection: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
+    async fn begin(mut connection: PooledConnection) -> Result<Self, sqlx::Error> {
         connection.execute("BEGIN").await?;
         Ok(Self {
             connection: Some(connection),
@@ -197,9 +274,9 @@ impl OpenTransaction {
 
     /// Rolls back whatever is open (after a failed statement, PostgreSQL only accepts that) and
     /// returns the connection to the pool, or closes it when even that fails.
-    async fn end(mut connection: PoolConnection<Postgres>) {
+    async fn end(mut connection: PooledConnection) {
         if connection.execute("ROLLBACK").await.is_err() {
-            connection.close_on_drop();
+            drop(PooledConnection::take(connection));
         }
     }
 }
@@ -219,7 +296,7 @@ impl DerefMut for OpenTransaction {
 
 impl Drop for OpenTransaction {
     fn drop(&mut self) {
-        let Some(mut connection) = self.connection.take() else {
+        let Some(connection) = self.connection.take() else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
@@ -227,7 +304,7 @@ impl Drop for OpenTransaction {
                 runtime.spawn(Self::end(connection));
             }
             // No runtime left to roll back on: never hand an open transaction to the pool.
-            Err(_) => connection.close_on_drop(),
+            Err(_) => drop(PooledConnection::take(connection)),
         }
     }
 }

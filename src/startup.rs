@@ -8,7 +8,6 @@ use hyper_util::{
     server::graceful::GracefulShutdown,
     service::TowerToHyperService,
 };
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 
 use crate::{auth, config::Settings, db, http, sweeper};
@@ -16,7 +15,7 @@ use crate::{auth, config::Settings, db, http, sweeper};
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
-    pool: PgPool,
+    pool: db::Pool,
     sweep_interval: Duration,
     request_timeout: Duration,
 }

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::PgConnection;
 
-use crate::{idempotency, intents, telemetry::metrics as names};
+use crate::{db::Pool, idempotency, intents, telemetry::metrics as names};
 
 /// Rows per statement: small enough to keep each transaction short.
 pub const BATCH: i64 = 500;
@@ -20,17 +20,17 @@ pub struct SweepReport {
 }
 
 /// One round of both sweepers.
-pub async fn sweep_once(pool: &PgPool) -> Result<SweepReport, sqlx::Error> {
+pub async fn sweep_once(conn: &mut PgConnection) -> Result<SweepReport, sqlx::Error> {
     let mut report = SweepReport::default();
     for _ in 0..MAX_BATCHES_PER_TICK {
-        let expired = intents::repo::expire_due(pool, BATCH).await?;
+        let expired = intents::repo::expire_due(conn, BATCH).await?;
         report.intents_expired += expired;
         if expired < BATCH as u64 {
             break;
         }
     }
     for _ in 0..MAX_BATCHES_PER_TICK {
-        let deleted = idempotency::delete_expired(pool, BATCH).await?;
+        let deleted = idempotency::delete_expired(conn, BATCH).await?;
         report.keys_deleted += deleted;
         if deleted < BATCH as u64 {
             break;
@@ -41,12 +41,15 @@ pub async fn sweep_once(pool: &PgPool) -> Result<SweepReport, sqlx::Error> {
 
 /// Sweeps every `interval` until the task is dropped. A failed round (database down) is logged
 /// and retried next tick; it never stops the loop.
-pub async fn run(pool: PgPool, interval: Duration) {
+pub async fn run(pool: Pool, interval: Duration) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let round = sweep_once(&pool).await;
+        let round = match pool.acquire().await {
+            Ok(mut conn) => sweep_once(&mut conn).await,
+            Err(e) => Err(e),
+        };
         metrics::counter!(names::SWEEP_RUNS, "result" => if round.is_ok() { "ok" } else { "error" }).increment(1);
         if let Ok(report) = &round {
             metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);

@@ -4,10 +4,9 @@ use std::time::Duration;
 
 use axum::{Json, extract::State, response::IntoResponse};
 use serde_json::json;
-use sqlx::PgPool;
 
 use super::errors::ApiError;
-use crate::db::MIGRATOR;
+use crate::db::{MIGRATOR, Pool};
 
 /// `GET /healthz`: the process is alive and serving HTTP; says nothing of the database.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive")))]
@@ -25,12 +24,13 @@ pub async fn healthz() -> impl IntoResponse {
         (status = 503, description = "Database unreachable or not migrated", body = super::errors::ErrorBody),
     )
 )]
-pub async fn readyz(State(pool): State<PgPool>) -> Result<impl IntoResponse, ApiError> {
+pub async fn readyz(State(pool): State<Pool>) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
-    let applied = tokio::time::timeout(
-        Duration::from_secs(2),
-        sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&pool),
-    )
+    let applied = tokio::time::timeout(Duration::from_secs(2), async {
+        sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&mut *pool.acquire().await?)
+            .await
+    })
     .await
     .map_err(|_| ApiError::Unready("the database did not answer within 2 s".to_owned()))?
     .map_err(|e| {

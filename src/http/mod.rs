@@ -14,7 +14,6 @@ use axum::{
     middleware::{from_fn, from_fn_with_state},
     routing::get,
 };
-use sqlx::PgPool;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
@@ -22,6 +21,7 @@ use self::errors::ApiError;
 use crate::{
     auth,
     config::Settings,
+    db::Pool,
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents,
     telemetry::{self, metrics},
@@ -29,7 +29,7 @@ use crate::{
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(pool: PgPool, settings: &Settings) -> Router {
+pub fn router(pool: Pool, settings: &Settings) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
         settings: settings.idempotency,

@@ -10,7 +10,6 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use sqlx::{PgPool, Postgres, pool::PoolConnection};
 
 use super::{
     Fingerprint, IdempotencyKey, Scope,
@@ -18,7 +17,7 @@ use super::{
 };
 use crate::{
     config::IdempotencySettings,
-    db::RequestTransaction,
+    db::{Pool, PooledConnection, RequestTransaction},
     http::errors::{ApiError, TransactionFailed},
 };
 
@@ -36,7 +35,7 @@ const UNSTORED_HEADERS: [HeaderName; 5] = [
 
 #[derive(Clone)]
 pub struct IdempotencyState {
-    pub pool: PgPool,
+    pub pool: Pool,
     pub settings: IdempotencySettings,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
@@ -233,7 +232,7 @@ async fn execute(
     state: &IdempotencyState,
     request: Request,
     next: Next,
-    claimed: Option<(Claimed, PoolConnection<Postgres>)>,
+    claimed: Option<(Claimed, PooledConnection)>,
 ) -> Response {
     let state = state.clone();
     let timeout = state.request_timeout;
@@ -262,7 +261,7 @@ async fn run_in_transaction(
     state: &IdempotencyState,
     mut request: Request,
     next: Next,
-    claimed: Option<(Claimed, PoolConnection<Postgres>)>,
+    claimed: Option<(Claimed, PooledConnection)>,
 ) -> Response {
     let (claimed, begun) = match claimed {
         Some((claimed, connection)) => (

@@ -1,14 +1,14 @@
 //! Reconciliation for clients whose retries ran out: what happened to my key?
 
+use crate::db::Pool;
 use axum::{Extension, Json, Router, extract::State, routing::get};
 use serde::Serialize;
-use sqlx::PgPool;
 use time::OffsetDateTime;
 
 use super::{IdempotencyKey, Scope, store};
 use crate::http::{errors::ApiError, extractors::PathParam};
 
-pub fn router() -> Router<PgPool> {
+pub fn router() -> Router<Pool> {
     Router::new().route("/v1/idempotency_keys/{key}", get(show))
 }
 
@@ -44,13 +44,13 @@ pub struct KeyRecord {
     )
 )]
 pub async fn show(
-    State(pool): State<PgPool>,
+    State(pool): State<Pool>,
     Extension(scope): Extension<Scope>,
     PathParam(raw): PathParam,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key = IdempotencyKey::parse_bytes(raw.as_bytes())
         .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
-    let record = store::find(&pool, &scope, &key)
+    let record = store::find(&mut *pool.acquire().await?, &scope, &key)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no record of Idempotency-Key \"{key}\"")))?;
     Ok(Json(KeyRecord {

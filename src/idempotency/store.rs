@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use super::{Fingerprint, IdempotencyKey, Scope};
+use crate::db::Pool;
 
 /// What the claim decided for one `(scope, key, fingerprint)`.
 #[derive(Debug)]
@@ -195,7 +196,7 @@ pub fn is_lease_lost(error: &sqlx::Error) -> bool {
 /// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the
 /// lease: used when the handler's transaction failed and provably wrote nothing (SPEC §5.5).
 pub async fn release_lease(
-    pool: &PgPool,
+    pool: &Pool,
     scope: &Scope,
     key: &IdempotencyKey,
     attempt: i32,
@@ -209,7 +210,7 @@ pub async fn release_lease(
         key.as_str(),
         attempt,
     )
-    .execute(pool)
+    .execute(&mut *pool.acquire().await?)
     .await?;
     Ok(())
 }
@@ -223,7 +224,7 @@ fn corrupt(column: &str) -> sqlx::Error {
 /// Deletes up to `batch` records whose retention has passed (SPEC §5.7). An in-flight record whose
 /// lease is still live is never deleted, and `SKIP LOCKED` leaves alone any record a claim is reusing right
 /// now. Returns how many were deleted.
-pub async fn delete_expired(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Error> {
+pub async fn delete_expired(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
     let result = sqlx::query!(
         r#"
         WITH doomed AS (
@@ -238,7 +239,7 @@ pub async fn delete_expired(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Erro
         "#,
         batch,
     )
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(result.rows_affected())
 }
@@ -259,7 +260,7 @@ pub struct RecordSummary {
 
 /// The caller's record for `key`, unless its retention has passed (then the key is free again).
 pub async fn find(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     scope: &Scope,
     key: &IdempotencyKey,
 ) -> Result<Option<RecordSummary>, sqlx::Error> {
@@ -272,7 +273,7 @@ pub async fn find(
         scope.as_str(),
         key.as_str(),
     )
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await?;
     let Some(row) = row else { return Ok(None) };
     let resource_id = row

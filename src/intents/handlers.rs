@@ -10,7 +10,6 @@ use axum::{
     routing::{get, post},
 };
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
@@ -20,13 +19,14 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
+    db::Pool,
     http::{
         errors::{ApiError, ErrorBody},
         extractors::{JsonBody, PathParam, QueryParams, Tx, parse_json},
     },
 };
 
-pub fn router() -> Router<PgPool> {
+pub fn router() -> Router<Pool> {
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/{id}", get(show))
@@ -108,12 +108,12 @@ pub async fn create(
     )
 )]
 pub async fn show(
-    State(pool): State<PgPool>,
+    State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
     PathParam(id): PathParam,
 ) -> Result<Json<PaymentIntent>, ApiError> {
     let id = parse_id(&id)?;
-    repo::find(&pool, &merchant, &id)
+    repo::find(&mut *pool.acquire().await?, &merchant, &id)
         .await?
         .map(Json)
         .ok_or_else(|| not_found(&id))
@@ -197,7 +197,7 @@ const MAX_PAGE: i64 = 100;
     )
 )]
 pub async fn list(
-    State(pool): State<PgPool>,
+    State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<Page>, ApiError> {
@@ -216,6 +216,7 @@ pub async fn list(
             })
         })
         .transpose()?;
+    let mut conn = pool.acquire().await?;
     let cursor = match params.starting_after {
         None => None,
         Some(raw) => {
@@ -223,14 +224,14 @@ pub async fn list(
                 || ApiError::InvalidRequest("starting_after: no such payment intent".to_owned());
             let id = IntentId::parse(&raw).ok_or_else(unknown)?;
             Some(
-                repo::cursor(&pool, &merchant, &id)
+                repo::cursor(&mut conn, &merchant, &id)
                     .await?
                     .ok_or_else(unknown)?,
             )
         }
     };
     // One extra row tells whether another page follows.
-    let mut data = repo::list(&pool, &merchant, state, cursor.as_ref(), limit + 1).await?;
+    let mut data = repo::list(&mut conn, &merchant, state, cursor.as_ref(), limit + 1).await?;
     let has_more = data.len() as i64 > limit;
     data.truncate(limit as usize);
     Ok(Json(Page { data, has_more }))

@@ -1,7 +1,7 @@
 //! SQL on `payment_intents`.
 
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use super::{
@@ -80,7 +80,7 @@ pub async fn insert(
 }
 
 pub async fn find(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
 ) -> Result<Option<PaymentIntent>, sqlx::Error> {
@@ -95,7 +95,7 @@ pub async fn find(
         merchant.as_str(),
         id.as_str(),
     )
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
 }
 
@@ -185,7 +185,7 @@ pub async fn apply(
 /// system. `FOR UPDATE SKIP LOCKED` lets any number of replicas sweep at once without waiting on
 /// each other or on a merchant's cancel; the version compare-and-set keeps a transition that won
 /// meanwhile from being applied twice. Returns how many intents expired.
-pub async fn expire_due(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Error> {
+pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
     let mut expired = 0;
     for step in state::sources_of(Action::Expire) {
         let moved = sqlx::query_scalar!(
@@ -217,7 +217,7 @@ pub async fn expire_due(pool: &PgPool, batch: i64) -> Result<u64, sqlx::Error> {
             Action::Expire.as_str(),
             Actor::System.label(),
         )
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?;
         expired += moved as u64;
     }
@@ -231,7 +231,7 @@ pub struct Cursor {
 }
 
 pub async fn cursor(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
 ) -> Result<Option<Cursor>, sqlx::Error> {
@@ -241,14 +241,14 @@ pub async fn cursor(
         merchant.as_str(),
         id.as_str(),
     )
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
 }
 
 /// Up to `limit` of a merchant's intents, newest first, after `after`, optionally in one state.
 /// `(created_at, id)` is a total order, so pages never skip or repeat an intent.
 pub async fn list(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     merchant: &MerchantId,
     state: Option<IntentState>,
     after: Option<&Cursor>,
@@ -272,6 +272,6 @@ pub async fn list(
         after.map(|c| c.id.as_str()),
         limit,
     )
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await
 }

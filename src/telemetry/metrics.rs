@@ -10,9 +10,8 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use sqlx::PgPool;
 
-use crate::idempotency::IdempotencyOutcome;
+use crate::{db::Pool, idempotency::IdempotencyOutcome};
 
 pub const HTTP_REQUESTS: &str = "http_requests_total";
 pub const HTTP_DURATION: &str = "http_request_duration_seconds";
@@ -67,10 +66,10 @@ pub async fn track(request: Request, next: Next) -> Response {
     tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
 )]
-pub async fn render(State(pool): State<PgPool>) -> Response {
-    let idle = pool.num_idle() as f64;
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(idle);
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(f64::from(pool.size()) - idle);
+pub async fn render(State(pool): State<Pool>) -> Response {
+    let (in_use, idle) = pool.connections();
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(idle as f64);
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(in_use as f64);
     (
         StatusCode::OK,
         [(

@@ -78,7 +78,7 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
     assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
 }
 
-/// Pooled connections are not pinged before use (`db::pool_options`): one the server closed while
+/// Pooled connections are not pinged before use (`db::Connector::recycle`): one the server closed while
 /// it sat idle fails its first statement. That costs the client one retryable 503, never a 500:
 /// from then on checkouts ping first, so the other dead connections fail no request; and the
 /// retry with the same key executes exactly once.

@@ -12,6 +12,7 @@ use payments_api::{
     config::{IdempotencySettings, Settings},
     db,
     startup::Application,
+    sweeper::{self, SweepReport},
 };
 use reqwest::{Client, Response};
 use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
@@ -206,6 +207,12 @@ impl TestApp {
             db,
             client: Client::new(),
         }
+    }
+
+    /// One round of the sweepers, as a replica runs it, on a connection of the test's own.
+    pub async fn sweep(&self) -> Result<SweepReport, sqlx::Error> {
+        let mut connection = self.db.acquire().await.expect("test connection");
+        sweeper::sweep_once(&mut connection).await
     }
 
     /// POST /v1/payment_intents as curl's `-d` sends it (form Content-Type), like SPEC §1.

@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 
 use futures::future::join_all;
-use payments_api::sweeper;
 
 use crate::helpers::{
     Answer, DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, TestApp, body_with_amount,
@@ -106,7 +105,7 @@ async fn two_sweepers_and_merchant_cancels_race_and_every_intent_moves_exactly_o
     let ids: Vec<String> = join_all((0..40).map(|_| app.create_id(None))).await;
     app.expire_now(&ids).await;
 
-    let sweepers = join_all([sweeper::sweep_once(&app.db), sweeper::sweep_once(&app.db)]);
+    let sweepers = join_all([app.sweep(), app.sweep()]);
     let cancels = join_all(ids.iter().map(|id| app.cancel(DEMO_TOKEN, id, None)));
     let (sweeps, cancels) = tokio::join!(sweepers, cancels);
     let swept: u64 = sweeps.into_iter().map(|r| r.unwrap().intents_expired).sum();
@@ -154,10 +153,7 @@ async fn two_sweepers_and_merchant_cancels_race_and_every_intent_moves_exactly_o
     assert_eq!(system_rows as u64, swept);
 
     // Nothing left to do: a second round changes nothing.
-    assert_eq!(
-        sweeper::sweep_once(&app.db).await.unwrap().intents_expired,
-        0
-    );
+    assert_eq!(app.sweep().await.unwrap().intents_expired, 0);
 }
 
 #[tokio::test]
@@ -207,7 +203,7 @@ async fn retention_deletes_expired_records_but_never_a_live_lease() {
     .await
     .unwrap();
 
-    let report = sweeper::sweep_once(&app.db).await.unwrap();
+    let report = app.sweep().await.unwrap();
     assert_eq!(report.keys_deleted, 1);
     let left: Vec<String> = sqlx::query_scalar("SELECT key FROM idempotency_keys ORDER BY key")
         .fetch_all(&app.db)
