@@ -3,15 +3,17 @@
 
 use std::{
     ops::{Deref, DerefMut},
+    pin::pin,
     str::FromStr,
     sync::{
         Arc, LazyLock,
         atomic::{AtomicU64, Ordering},
     },
+    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 
-use anyhow::Context;
+use anyhow::Context as _;
 use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType};
 use sqlx::{
     Connection, Executor, PgConnection, Postgres,
@@ -28,8 +30,7 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// sqlx-core 0.8.6, with no option to skip it), a round trip after every request that measured a
 /// fifth of a replay's throughput (README, Benchmark). deadpool hands connections back as they are,
 /// serves waiters first come, first served, and checks a connection before use only when
-/// [`Connector::recycle`] says so. A connection abandoned mid-statement (its request was cancelled)
-/// needs no check: sqlx-postgres reads the rest of the old answer before it sends anything new.
+/// [`Connector::recycle`] says so.
 #[derive(Clone)]
 pub struct Pool(managed::Pool<Connector>);
 
@@ -106,8 +107,21 @@ impl managed::Manager for Connector {
     type Type = PgConnection;
     type Error = sqlx::Error;
 
+    /// A database that refuses connections for a moment (restarting, at its connection limit) is
+    /// retried, as sqlx's own pool does, until the pool's create timeout: a request rides through a
+    /// short restart instead of failing at once. Any other error (bad password, no such database)
+    /// is final.
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
-        PgConnection::connect_with(&self.options).await
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            match PgConnection::connect_with(&self.options).await {
+                Err(error) if is_connection_lost(&error) || is_overloaded(&error) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                connected => return connected,
+            }
+        }
     }
 
     /// A connection in steady use has just proved itself; pinging each one first would put a
@@ -121,11 +135,30 @@ impl managed::Manager for Connector {
         if metrics.age() >= MAX_LIFETIME {
             return Err(RecycleError::message("past its lifetime"));
         }
+        if !settled(connection) {
+            return Err(RecycleError::message(
+                "given back with a statement still outstanding",
+            ));
+        }
         if metrics.last_used() >= IDLE_BEFORE_PING || idle_connections_distrusted() {
             connection.ping().await?;
         }
         Ok(())
     }
+}
+
+/// Whether the connection has nothing outstanding. One given back while a statement was still out
+/// (its request was cancelled: the client hung up, a probe timed out) would make its next user wait
+/// for an answer nobody wants, possibly behind a lock for as long as the lock is held; it is closed
+/// instead (sqlx's own pool would have waited for that answer on its release ping). The check is
+/// sqlx's `flush`, which reads outstanding answers and completes at once, without any I/O, when there
+/// are none; it is polled exactly once, so it never waits.
+fn settled(connection: &mut PgConnection) -> bool {
+    let mut flush = pin!(connection.flush());
+    matches!(
+        flush.as_mut().poll(&mut Context::from_waker(Waker::noop())),
+        Poll::Ready(Ok(()))
+    )
 }
 
 /// How long since a connection was last handed out before it is pinged first.
@@ -156,6 +189,11 @@ pub fn is_connection_lost(error: &sqlx::Error) -> bool {
             .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
         _ => false,
     }
+}
+
+/// SQLSTATE 53300: too many connections.
+fn is_overloaded(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("53300"))
 }
 
 /// Reported by whoever saw [`is_connection_lost`]: for a while, pooled connections are pinged

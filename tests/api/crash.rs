@@ -142,3 +142,58 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
         .unwrap();
     assert_eq!(record.state, "completed");
 }
+
+/// A request cancelled while its statement is still out (here a GET stuck behind a lock, whose
+/// client hangs up) gives its connection back with that statement unanswered. The next request must
+/// not inherit the wait: the pool closes such a connection and opens another (`db::settled`).
+#[tokio::test]
+async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request() {
+    // One connection, so the next request could only get the abandoned one or a new one.
+    let app = TestApp::spawn_with(|s| {
+        s.db_max_connections = 1;
+        s.sweep_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let created = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+
+    let mut lock = app.db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_intents IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let stuck = tokio::spawn(
+        app.client
+            .get(format!("{}/v1/payment_intents/{id}", app.address))
+            .bearer_auth(DEMO_TOKEN)
+            .send(),
+    );
+    app.wait_until(
+        "the GET waits on the lock",
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+         WHERE wait_event_type = 'Lock' AND query LIKE '%FROM payment_intents%')",
+    )
+    .await;
+    stuck.abort();
+    app.wait_until_metric(r#"db_pool_connections{state="in_use"} 0"#)
+        .await;
+
+    // A replay reads only idempotency_keys, which is not locked: on a connection of its own it
+    // answers at once; on the abandoned one it would wait until the lock is released.
+    let replay = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY),
+    )
+    .await
+    .expect("the replay waited behind the abandoned statement");
+    let replay = Answer::of(replay).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, created.body);
+    lock.rollback().await.unwrap();
+}
