@@ -34,6 +34,14 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 #[derive(Clone)]
 pub struct Pool(managed::Pool<Connector>);
 
+/// What the [`Pool`] holds right now.
+pub struct PoolUsage {
+    pub in_use: usize,
+    pub idle: usize,
+    /// Requests waiting for a connection: the first sign that the pool is too small.
+    pub waiting: usize,
+}
+
 /// A connection checked out of the [`Pool`]; dropping it gives it back.
 pub type PooledConnection = managed::Object<Connector>;
 
@@ -70,10 +78,13 @@ impl Pool {
         })
     }
 
-    /// Connections open now: `(in use, idle)`.
-    pub fn connections(&self) -> (usize, usize) {
+    pub fn usage(&self) -> PoolUsage {
         let status = self.0.status();
-        (status.size - status.available, status.available)
+        PoolUsage {
+            in_use: status.size - status.available,
+            idle: status.available,
+            waiting: status.waiting,
+        }
     }
 
     /// Stops handing out connections and closes the idle ones politely; connections still in use

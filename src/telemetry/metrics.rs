@@ -20,6 +20,7 @@ pub const SWEEP_RUNS: &str = "sweeper_runs_total";
 pub const SWEEP_INTENTS_EXPIRED: &str = "sweeper_intents_expired_total";
 pub const SWEEP_KEYS_DELETED: &str = "sweeper_keys_deleted_total";
 pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
+pub const DB_POOL_WAITING: &str = "db_pool_waiting_requests";
 
 /// Latency buckets from 1 ms to 10 s: an idempotent create is a few ms, a stalled one seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -67,9 +68,10 @@ pub async fn track(request: Request, next: Next) -> Response {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
 )]
 pub async fn render(State(pool): State<Pool>) -> Response {
-    let (in_use, idle) = pool.connections();
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(idle as f64);
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(in_use as f64);
+    let usage = pool.usage();
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(usage.idle as f64);
+    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(usage.in_use as f64);
+    metrics::gauge!(DB_POOL_WAITING).set(usage.waiting as f64);
     (
         StatusCode::OK,
         [(

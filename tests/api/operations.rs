@@ -112,6 +112,7 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     for gauge in [
         r#"db_pool_connections{state="idle"}"#,
         r#"db_pool_connections{state="in_use"}"#,
+        "db_pool_waiting_requests ",
     ] {
         assert!(after.contains(gauge), "missing {gauge}");
     }
