@@ -9,4 +9,5 @@ mod intents;
 mod leases;
 mod lifecycle;
 mod operations;
+mod pool;
 mod security;

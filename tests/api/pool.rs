@@ -1,0 +1,173 @@
+//! The connection pool under failure: connections the database closed, connections given back
+//! mid-statement, and no connection to be had at all. Each costs at most a retryable 503, and the
+//! retry with the same key executes exactly once.
+
+use std::time::Duration;
+
+use crate::{
+    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, spawn_create},
+    leases::waiting_inserts,
+};
+
+/// Pooled connections are not pinged before use (`db::Connector::recycle`): one the server closed while
+/// it sat idle fails its first statement. That costs the client one retryable 503, never a 500:
+/// from then on checkouts ping first, so the other dead connections fail no request; and the
+/// retry with the same key executes exactly once.
+#[tokio::test]
+async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs_once() {
+    // No sweep may take a connection from the pool while the test counts failures.
+    let app = TestApp::spawn_with(|s| s.sweep_interval = Duration::from_secs(3600)).await;
+    let warm =
+        futures::future::join_all((0..6).map(|_| app.create_intent(DEMO_TOKEN, None, SEED_BODY)))
+            .await;
+    assert!(warm.iter().all(|r| r.status() == 201), "the pool is warm");
+
+    let sessions: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert!(!sessions.is_empty());
+    let pids = sessions
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    sqlx::query(&format!(
+        "SELECT pg_terminate_backend(pid) FROM unnest(ARRAY[{pids}]) AS pid"
+    ))
+    .execute(&app.db)
+    .await
+    .unwrap();
+    app.wait_until(
+        "the terminated sessions are gone",
+        &format!("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid IN ({pids})"),
+    )
+    .await;
+
+    let mut statuses = Vec::new();
+    for _ in 0..=sessions.len() {
+        let answer = Answer::of(
+            app.create_intent(DEMO_TOKEN, Some("after-terminate"), SEED_BODY)
+                .await,
+        )
+        .await;
+        statuses.push(answer.status);
+        if answer.status == 201 {
+            break;
+        }
+        assert_eq!(answer.status, 503, "{}", answer.body);
+        assert!(answer.header("retry-after").is_some());
+    }
+    assert_eq!(
+        statuses,
+        [503, 201],
+        "one failure, then the pool replaced the rest"
+    );
+    assert_eq!(app.intent_count().await, 7);
+    let record = app
+        .key_record(DEMO_MERCHANT, "after-terminate")
+        .await
+        .unwrap();
+    assert_eq!(record.state, "completed");
+}
+
+/// A request cancelled while its statement is still out (here a GET stuck behind a lock, whose
+/// client hangs up) gives its connection back with that statement unanswered. The next request must
+/// not inherit the wait: the pool closes such a connection and opens another (`db::settled`).
+#[tokio::test]
+async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request() {
+    // One connection, so the next request could only get the abandoned one or a new one.
+    let app = TestApp::spawn_with(|s| {
+        s.db_max_connections = 1;
+        s.sweep_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let created = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+
+    let mut lock = app.db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_intents IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let stuck = tokio::spawn(
+        app.client
+            .get(format!("{}/v1/payment_intents/{id}", app.address))
+            .bearer_auth(DEMO_TOKEN)
+            .send(),
+    );
+    app.wait_until(
+        "the GET waits on the lock",
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+         WHERE wait_event_type = 'Lock' AND query LIKE '%FROM payment_intents%')",
+    )
+    .await;
+    stuck.abort();
+    app.wait_until_metric(r#"db_pool_connections{state="in_use"} 0"#)
+        .await;
+
+    // A replay reads only idempotency_keys, which is not locked: on a connection of its own it
+    // answers at once; on the abandoned one it would wait until the lock is released.
+    let replay = tokio::time::timeout(
+        Duration::from_secs(10),
+        app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY),
+    )
+    .await
+    .expect("the replay waited behind the abandoned statement");
+    let replay = Answer::of(replay).await;
+    assert_eq!(replay.status, 201, "{}", replay.body);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, created.body);
+    lock.rollback().await.unwrap();
+}
+
+/// Every connection busy for longer than the acquire timeout (5 s): the next request gets a
+/// retryable 503 with `Retry-After`, neither a hang nor a 500, and it claimed nothing, so its retry
+/// with the same key runs as a fresh request once a connection is free.
+#[tokio::test]
+async fn a_request_that_finds_every_connection_busy_gets_a_retryable_503_and_claims_nothing() {
+    let app = TestApp::spawn_with(|s| {
+        s.db_max_connections = 1;
+        s.sweep_interval = Duration::from_secs(3600);
+    })
+    .await;
+    let blocker = app.block_intent_inserts().await;
+    let holder = spawn_create(&app.address, "holds-the-connection");
+    app.wait_until("the only connection waits on the lock", &waiting_inserts(1))
+        .await;
+
+    let refused = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.json()["error"], "unavailable");
+    assert!(refused.header("retry-after").is_some());
+    assert!(
+        app.key_record(DEMO_MERCHANT, "finds-none-free")
+            .await
+            .is_none(),
+        "nothing was claimed"
+    );
+
+    blocker.release().await;
+    let held = holder.await.unwrap().unwrap();
+    assert_eq!(held.status, 201, "{}", held.body);
+    let retry = Answer::of(
+        app.create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
+            .await,
+    )
+    .await;
+    assert_eq!(retry.status, 201, "{}", retry.body);
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(app.intent_count().await, 2);
+}
