@@ -80,11 +80,7 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
 #[tokio::test]
 async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request() {
     // One connection, so the next request could only get the abandoned one or a new one.
-    let app = TestApp::spawn_with(|s| {
-        s.db_max_connections = 1;
-        s.sweep_interval = Duration::from_secs(3600);
-    })
-    .await;
+    let app = app_with_one_connection().await;
     let created = Answer::of(
         app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY)
             .await,
@@ -134,11 +130,7 @@ async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request
 /// with the same key runs as a fresh request once a connection is free.
 #[tokio::test]
 async fn a_request_that_finds_every_connection_busy_gets_a_retryable_503_and_claims_nothing() {
-    let app = TestApp::spawn_with(|s| {
-        s.db_max_connections = 1;
-        s.sweep_interval = Duration::from_secs(3600);
-    })
-    .await;
+    let app = app_with_one_connection().await;
     let blocker = app.block_intent_inserts().await;
     let holder = spawn_create(&app.address, "holds-the-connection");
     app.wait_until("the only connection waits on the lock", &waiting_inserts(1))
@@ -170,4 +162,13 @@ async fn a_request_that_finds_every_connection_busy_gets_a_retryable_503_and_cla
     assert_eq!(retry.status, 201, "{}", retry.body);
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(app.intent_count().await, 2);
+}
+
+/// An app whose pool holds a single connection, and whose sweeper never takes it.
+async fn app_with_one_connection() -> TestApp {
+    TestApp::spawn_with(|s| {
+        s.db_max_connections = 1;
+        s.sweep_interval = Duration::from_secs(3600);
+    })
+    .await
 }
