@@ -61,7 +61,6 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 }
 
 const TOKEN: &str = "merchant-demo";
-const AUTHORIZATION: &str = "Bearer merchant-demo";
 const BODY: &str = r#"{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}"#;
 
 #[derive(Debug, Clone, Serialize)]
@@ -226,7 +225,9 @@ enum Op {
 struct HttpConnection {
     sender: http1::SendRequest<Full<Bytes>>,
     addr: SocketAddr,
+    /// Built once per connection, not per request.
     host: HeaderValue,
+    authorization: HeaderValue,
 }
 
 impl HttpConnection {
@@ -236,7 +237,13 @@ impl HttpConnection {
         let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(connection);
         let host = HeaderValue::try_from(addr.to_string())?;
-        Ok(Self { sender, addr, host })
+        let authorization = HeaderValue::try_from(format!("Bearer {TOKEN}"))?;
+        Ok(Self {
+            sender,
+            addr,
+            host,
+            authorization,
+        })
     }
 
     /// A request with the headers every one carries.
@@ -245,7 +252,7 @@ impl HttpConnection {
             .method(method)
             .uri(path)
             .header(header::HOST, self.host.clone())
-            .header(header::AUTHORIZATION, AUTHORIZATION)
+            .header(header::AUTHORIZATION, self.authorization.clone())
     }
 
     /// Sends one request and reads the whole answer; reconnects first if the server closed.

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::{db::Pool, http::errors::ApiError, idempotency::Scope};
 use axum::{
     extract::{Request, State},
     http::header,
@@ -12,6 +11,8 @@ use axum::{
 };
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+
+use crate::{db::Pool, http::errors::ApiError, idempotency::Scope};
 
 /// The merchant account a request is authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,9 +28,9 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 ///
 /// Not sqlx's own pool: sqlx 0.8 pings every connection as it takes it back (`return_to_pool` in
 /// sqlx-core 0.8.6, with no option to skip it), a round trip after every request; without it,
-/// replays measured 16–33% more throughput and GETs 25–35% (README, Benchmark). deadpool hands connections back as they are,
-/// serves waiters first come, first served, and checks a connection before use only when
-/// [`Connector::recycle`] says so.
+/// replays measured 16–33% more throughput and GETs 25–35% (README, Benchmark). deadpool hands
+/// connections back as they are, serves waiters first come, first served, and checks a connection
+/// before use only when [`Connector::recycle`] says so.
 #[derive(Clone)]
 pub struct Pool(managed::Pool<Connector>);
 

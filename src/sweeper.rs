@@ -46,10 +46,7 @@ pub async fn run(pool: Pool, interval: Duration) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let round = match pool.acquire().await {
-            Ok(mut conn) => sweep_once(&mut conn).await,
-            Err(e) => Err(e),
-        };
+        let round = async { sweep_once(&mut *pool.acquire().await?).await }.await;
         metrics::counter!(names::SWEEP_RUNS, "result" => if round.is_ok() { "ok" } else { "error" }).increment(1);
         if let Ok(report) = &round {
             metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);

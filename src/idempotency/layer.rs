@@ -331,9 +331,17 @@ async fn abort(
     mut response: Response,
 ) -> Response {
     if let Some(claimed) = claimed {
-        if let Err(e) =
-            store::release_lease(&state.pool, &claimed.scope, &claimed.key, claimed.attempt).await
-        {
+        let released = async {
+            let mut connection = state.pool.acquire().await?;
+            store::release_lease(
+                &mut connection,
+                &claimed.scope,
+                &claimed.key,
+                claimed.attempt,
+            )
+            .await
+        };
+        if let Err(e) = released.await {
             tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
         }
     }

@@ -1,12 +1,14 @@
 //! Reconciliation for clients whose retries ran out: what happened to my key?
 
-use crate::db::Pool;
 use axum::{Extension, Json, Router, extract::State, routing::get};
 use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::{IdempotencyKey, Scope, store};
-use crate::http::{errors::ApiError, extractors::PathParam};
+use crate::{
+    db::Pool,
+    http::{errors::ApiError, extractors::PathParam},
+};
 
 pub fn router() -> Router<Pool> {
     Router::new().route("/v1/idempotency_keys/{key}", get(show))

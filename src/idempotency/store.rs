@@ -6,7 +6,6 @@ use std::time::Duration;
 use sqlx::PgConnection;
 
 use super::{Fingerprint, IdempotencyKey, Scope};
-use crate::db::Pool;
 
 /// What the claim decided for one `(scope, key, fingerprint)`.
 #[derive(Debug)]
@@ -196,7 +195,7 @@ pub fn is_lease_lost(error: &sqlx::Error) -> bool {
 /// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the
 /// lease: used when the handler's transaction failed and provably wrote nothing (SPEC §5.5).
 pub async fn release_lease(
-    pool: &Pool,
+    conn: &mut PgConnection,
     scope: &Scope,
     key: &IdempotencyKey,
     attempt: i32,
@@ -210,7 +209,7 @@ pub async fn release_lease(
         key.as_str(),
         attempt,
     )
-    .execute(&mut *pool.acquire().await?)
+    .execute(conn)
     .await?;
     Ok(())
 }

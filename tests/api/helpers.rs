@@ -296,18 +296,6 @@ impl TestApp {
 
     /// Polls the database until `condition` (a boolean SQL expression) holds: awaiting a state,
     /// not sleeping for a guessed time. Panics after 30 s.
-    /// Polls `GET /metrics` until its text contains `line`.
-    pub async fn wait_until_metric(&self, line: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !self.get("/metrics").await.body.contains(line) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for the metric {line}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     pub async fn wait_until(&self, what: &str, condition_sql: &str) {
         let query = format!("SELECT ({condition_sql}) IS TRUE");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
