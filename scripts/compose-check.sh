@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings the compose stack up (building the image), runs the SPEC §1 transcript against it with
+# Brings the compose stack up (building the image), runs the README's transcript against it with
 # curl, checks the three answers, and tears everything down. Image names come from the environment
 # (POSTGRES_IMAGE, RUST_IMAGE, RUNTIME_IMAGE), as for `docker compose up`.
 set -euo pipefail

@@ -1,4 +1,4 @@
-//! Bearer-token authentication (SPEC §2). Tokens are stored only as SHA-256 hashes and looked up by
+//! Bearer-token authentication (`docs/api.md`, "Authentication"). Tokens are stored only as SHA-256 hashes and looked up by
 //! hash, so no secret is ever compared byte by byte and a leaked table reveals no usable token.
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use axum::{
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::{db::Pool, http::errors::ApiError, idempotency::Scope};
+use crate::{db::Pool, error::ApiError, idempotency::Scope};
 
 /// The merchant account a request is authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub async fn require_merchant(
             next.run(request).await
         }
         Ok(None) => ApiError::Unauthorized.into_response(),
-        Err(e) => ApiError::Database(e).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 

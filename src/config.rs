@@ -1,4 +1,4 @@
-//! Settings of the `payments-api` binary: every one is an environment variable (SPEC §7), mirrored
+//! Settings of the `payments-api` binary: every one is an environment variable (`docs/api.md`, "Configuration"), mirrored
 //! by a flag of the same meaning so `payments-api --help` documents them all.
 
 use std::{net::SocketAddr, time::Duration};
@@ -141,7 +141,7 @@ impl ServeArgs {
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let lease = Duration::from_secs(self.idempotency_lease_seconds);
         let request_timeout = Duration::from_secs(self.request_timeout_seconds);
-        // SPEC §5.6: a request must give up before its lease runs out, or a retry could take over
+        // A request must give up before its lease runs out, or a retry could take over
         // while the first attempt is still working and two executions would overlap.
         if request_timeout >= lease {
             bail!(

@@ -2,16 +2,22 @@
 //! or racing request is executed once and always answered the same way.
 //!
 //! Modules by capability:
-//! - [`idempotency`]: the generic layer of SPEC §5 (key, fingerprint, store, layer)
+//! - [`idempotency`]: one key, one execution, one answer (key, fingerprint, store, layer)
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
-//! - [`http`]: the router, the error type, shared extractors
+//! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
-//! - [`config`], [`telemetry`], [`db`], [`startup`]: running it
+//! - [`error`], [`extract`], [`db`], [`config`]: the shared base every capability uses
+//! - [`telemetry`], [`startup`]: running it
+//!
+//! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
+//! base, never the other way round (`docs/design.md`, "Layout").
 
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod error;
+pub mod extract;
 pub mod http;
 pub mod idempotency;
 pub mod intents;

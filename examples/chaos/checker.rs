@@ -13,18 +13,28 @@ use crate::{
     faults::{Fault, FaultKind},
 };
 
-#[derive(Default)]
+/// One invariant's line of the verdict: what it says, how many cases it checked, how many broke it.
+struct Row {
+    name: &'static str,
+    checked: u64,
+    violations: u64,
+}
+
+fn row(name: &'static str, checked: usize, violations: usize) -> Row {
+    Row {
+        name,
+        checked: checked as u64,
+        violations: violations as u64,
+    }
+}
+
 pub struct Verdict {
-    rows: Vec<(&'static str, u64, u64)>,
+    rows: Vec<Row>,
 }
 
 impl Verdict {
-    fn check(&mut self, name: &'static str, checked: u64, violations: u64) {
-        self.rows.push((name, checked, violations));
-    }
-
     pub fn held(&self) -> bool {
-        self.rows.iter().all(|(_, _, v)| *v == 0)
+        self.rows.iter().all(|row| row.violations == 0)
     }
 
     pub fn print(&self) {
@@ -32,9 +42,12 @@ impl Verdict {
             "\n{:<62} {:>9} {:>10}",
             "invariant", "checked", "violations"
         );
-        for (name, checked, violations) in &self.rows {
-            let mark = if *violations == 0 { "ok" } else { "FAILED" };
-            println!("{name:<62} {checked:>9} {violations:>10}  {mark}");
+        for row in &self.rows {
+            let mark = if row.violations == 0 { "ok" } else { "FAILED" };
+            println!(
+                "{:<62} {:>9} {:>10}  {mark}",
+                row.name, row.checked, row.violations
+            );
         }
     }
 }
@@ -49,8 +62,13 @@ pub struct Inputs<'a> {
     pub grace: Duration,
 }
 
-/// An intent's state as the checker needs it: (state, version, cancellation_reason, transitions).
-type IntentRow = (String, i32, Option<String>, i64);
+/// An intent's state as the checker needs it.
+struct IntentRow {
+    state: String,
+    version: i32,
+    cancellation_reason: Option<String>,
+    transitions: i64,
+}
 
 struct KeyRecord {
     state: String,
@@ -58,95 +76,146 @@ struct KeyRecord {
     body: Option<Vec<u8>>,
 }
 
-pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict> {
-    let mut verdict = Verdict::default();
-    let history = inputs.history;
+/// What the database holds after the run, keyed by (merchant, intent id) and (scope, key).
+struct Stored {
+    intents: HashMap<(String, String), IntentRow>,
+    records: HashMap<(String, String), KeyRecord>,
+}
 
-    let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, (String, String, String, i32, Option<String>, i64)>(
-        "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, \
-                (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id) \
-           FROM payment_intents p",
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|(m, id, state, version, reason, transitions)| ((m, id), (state, version, reason, transitions)))
-    .collect();
-    let records: HashMap<(String, String), KeyRecord> =
-        sqlx::query_as::<_, (String, String, String, Option<i16>, Option<Vec<u8>>)>(
+impl Stored {
+    async fn load(pool: &PgPool) -> anyhow::Result<Self> {
+        let intents = sqlx::query_as::<_, (String, String, String, i32, Option<String>, i64)>(
+            "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, \
+                    (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id) \
+               FROM payment_intents p",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(merchant, id, state, version, cancellation_reason, transitions)| {
+            let row = IntentRow {
+                state,
+                version,
+                cancellation_reason,
+                transitions,
+            };
+            ((merchant, id), row)
+        })
+        .collect();
+        let records = sqlx::query_as::<_, (String, String, String, Option<i16>, Option<Vec<u8>>)>(
             "SELECT scope, key, state, response_status, response_body FROM idempotency_keys",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
         .map(|(scope, key, state, status, body)| {
-            (
-                (scope, key),
-                KeyRecord {
-                    state,
-                    status,
-                    body,
-                },
-            )
+            let record = KeyRecord {
+                state,
+                status,
+                body,
+            };
+            ((scope, key), record)
         })
         .collect();
+        Ok(Self { intents, records })
+    }
 
-    // 1. At most one intent per key, and exactly one for every key that got a 2xx.
-    let mut created_by: HashMap<(String, String), u64> = HashMap::new();
-    for ((scope, _), record) in &records {
+    /// The intent a key's stored response names, if it exists.
+    fn intent_of(&self, scope: &str, key: &str) -> Option<&IntentRow> {
+        let record = self.records.get(&(scope.to_owned(), key.to_owned()))?;
+        let id = body_id(record.body.as_deref())?;
+        self.intents.get(&(scope.to_owned(), id))
+    }
+}
+
+type Invariant = fn(&Stored, &Inputs) -> Row;
+
+/// Every invariant, in the order the verdict prints them.
+const INVARIANTS: [Invariant; 12] = [
+    one_key_per_intent,
+    one_intent_per_successful_key,
+    identical_answers_per_key,
+    seen_intents_exist_as_answered,
+    nothing_left_in_flight,
+    every_operation_answered,
+    no_500_for_valid_requests,
+    unavailable_only_when_impaired,
+    answers_carry_their_own_amount,
+    reuse_is_rejected,
+    replicas_survive_database_restarts,
+    each_intent_moved_at_most_once,
+];
+
+/// Reads the database and checks every invariant against it and the run's history.
+pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict> {
+    let stored = Stored::load(pool).await?;
+    let rows = INVARIANTS
+        .iter()
+        .map(|invariant| invariant(&stored, &inputs))
+        .collect();
+    Ok(Verdict { rows })
+}
+
+fn creates(history: &[Exchange]) -> impl Iterator<Item = &Exchange> {
+    history
+        .iter()
+        .filter(|e| matches!(e.kind, OpKind::Create | OpKind::HotCreate))
+}
+
+/// No duplicate execution: every intent was created by exactly one key's stored 201.
+fn one_key_per_intent(stored: &Stored, _: &Inputs) -> Row {
+    let mut created_by: HashMap<(String, String), usize> = HashMap::new();
+    for ((scope, _), record) in &stored.records {
         if record.status == Some(201) {
             if let Some(id) = body_id(record.body.as_deref()) {
                 *created_by.entry((scope.clone(), id)).or_default() += 1;
             }
         }
     }
-    let orphans = intents
+    let orphans = stored
+        .intents
         .keys()
         .filter(|k| !created_by.contains_key(*k))
-        .count() as u64;
+        .count();
     let shared_or_missing = created_by
         .iter()
-        .filter(|(k, n)| **n > 1 || !intents.contains_key(*k))
-        .count() as u64;
-    verdict.check(
+        .filter(|(k, n)| **n > 1 || !stored.intents.contains_key(*k))
+        .count();
+    row(
         "every intent belongs to exactly one key (no duplicate execution)",
-        intents.len() as u64,
+        stored.intents.len(),
         orphans + shared_or_missing,
-    );
+    )
+}
 
-    let mut keys_with_2xx: HashSet<(&str, &str)> = HashSet::new();
-    for e in history
-        .iter()
-        .filter(|e| matches!(e.kind, OpKind::Create | OpKind::HotCreate))
-    {
-        if let (
-            Outcome::Answer {
-                status: 200..=299, ..
-            },
-            Some(key),
-        ) = (&e.outcome, &e.key)
-        {
-            keys_with_2xx.insert((e.scope, key.as_str()));
-        }
-    }
+fn one_intent_per_successful_key(stored: &Stored, inputs: &Inputs) -> Row {
+    let keys_with_2xx: HashSet<(&str, &str)> = creates(inputs.history)
+        .filter(|e| {
+            matches!(
+                e.outcome,
+                Outcome::Answer {
+                    status: 200..=299,
+                    ..
+                }
+            )
+        })
+        .filter_map(|e| Some((e.scope, e.key.as_deref()?)))
+        .collect();
     let without_intent = keys_with_2xx
         .iter()
-        .filter(|(scope, key)| {
-            let record = records.get(&(scope.to_string(), key.to_string()));
-            let id = record.and_then(|r| body_id(r.body.as_deref()));
-            !id.is_some_and(|id| intents.contains_key(&(scope.to_string(), id)))
-        })
-        .count() as u64;
-    verdict.check(
+        .filter(|(scope, key)| stored.intent_of(scope, key).is_none())
+        .count();
+    row(
         "every key that got a 2xx has exactly one intent",
-        keys_with_2xx.len() as u64,
+        keys_with_2xx.len(),
         without_intent,
-    );
+    )
+}
 
-    // 2. Every 2xx answer for a key is byte-identical to every other.
+fn identical_answers_per_key(_: &Stored, inputs: &Inputs) -> Row {
     let mut answers: HashMap<(&str, &str, bool), HashSet<&[u8]>> = HashMap::new();
     let mut answers_2xx = 0;
-    for e in history {
+    for e in inputs.history {
         if let (
             Outcome::Answer {
                 status: 200..=299,
@@ -163,17 +232,18 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
                 .insert(body.as_slice());
         }
     }
-    let diverging = answers.values().filter(|bodies| bodies.len() > 1).count() as u64;
-    verdict.check(
+    let diverging = answers.values().filter(|bodies| bodies.len() > 1).count();
+    row(
         "all 2xx answers for one key are byte-identical",
         answers_2xx,
         diverging,
-    );
+    )
+}
 
-    // 3. Every intent a client saw exists, in the state its last answer implies.
+fn seen_intents_exist_as_answered(stored: &Stored, inputs: &Inputs) -> Row {
     let mut seen = 0;
     let mut wrong = 0;
-    for e in history {
+    for e in inputs.history {
         let Outcome::Answer {
             status,
             error,
@@ -183,80 +253,81 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
         else {
             continue;
         };
-        let scope = e.scope.to_owned();
-        match (e.kind, *status) {
-            (OpKind::Create | OpKind::HotCreate, 201) => {
-                seen += 1;
-                if !body_id(Some(body)).is_some_and(|id| intents.contains_key(&(scope, id))) {
-                    wrong += 1;
-                }
-            }
-            (OpKind::Cancel, 200) => {
-                seen += 1;
-                let state = e
-                    .target
-                    .as_ref()
-                    .and_then(|id| intents.get(&(scope, id.clone())));
-                if !state.is_some_and(|(s, v, r, _)| {
-                    s == "canceled" && *v == 2 && r.as_deref() == Some("merchant_request")
-                }) {
-                    wrong += 1;
-                }
-            }
+        let target = || {
+            let id = e.target.as_ref()?;
+            stored.intents.get(&(e.scope.to_owned(), id.clone()))
+        };
+        let consistent = match (e.kind, *status) {
+            (OpKind::Create | OpKind::HotCreate, 201) => body_id(Some(body))
+                .is_some_and(|id| stored.intents.contains_key(&(e.scope.to_owned(), id))),
+            (OpKind::Cancel, 200) => target().is_some_and(|intent| {
+                intent.state == "canceled"
+                    && intent.version == 2
+                    && intent.cancellation_reason.as_deref() == Some("merchant_request")
+            }),
             (OpKind::Cancel, 409) if error.as_deref() == Some("invalid_state_transition") => {
-                seen += 1;
-                let state = e
-                    .target
-                    .as_ref()
-                    .and_then(|id| intents.get(&(scope, id.clone())));
-                if state.is_none_or(|(s, ..)| s != "canceled") {
-                    wrong += 1;
-                }
+                target().is_some_and(|intent| intent.state == "canceled")
             }
-            (OpKind::Read, 200) => seen += 1,
-            (OpKind::Read | OpKind::Cancel, 404) => {
-                seen += 1;
-                wrong += 1;
-            }
-            _ => {}
+            (OpKind::Read, 200) => true,
+            (OpKind::Read | OpKind::Cancel, 404) => false,
+            _ => continue,
+        };
+        seen += 1;
+        if !consistent {
+            wrong += 1;
         }
     }
-    verdict.check(
+    row(
         "every intent id seen exists, in the state the answer implies",
         seen,
         wrong,
-    );
+    )
+}
 
-    // 4. Nothing left in flight once leases and timeouts have passed after recovery.
-    let in_flight = records.values().filter(|r| r.state == "in_flight").count() as u64;
-    verdict.check(
+/// Nothing left in flight once leases and timeouts have passed after recovery.
+fn nothing_left_in_flight(stored: &Stored, _: &Inputs) -> Row {
+    let in_flight = stored
+        .records
+        .values()
+        .filter(|r| r.state == "in_flight")
+        .count();
+    row(
         "no record left in_flight after recovery",
-        records.len() as u64,
+        stored.records.len(),
         in_flight,
-    );
-    verdict.check(
-        "every operation reached a final answer",
-        (history.len() + inputs.unresolved.len()) as u64,
-        inputs.unresolved.len() as u64,
-    );
+    )
+}
 
-    // 5. No 500 for a valid request; 503 only while the database was unreachable or stalled, or
-    //    from a replica that was itself paused during the request.
-    let answered: Vec<&Exchange> = history
+fn every_operation_answered(_: &Stored, inputs: &Inputs) -> Row {
+    row(
+        "every operation reached a final answer",
+        inputs.history.len() + inputs.unresolved.len(),
+        inputs.unresolved.len(),
+    )
+}
+
+fn answered<'a>(inputs: &'a Inputs) -> impl Iterator<Item = &'a Exchange> {
+    inputs
+        .history
         .iter()
         .filter(|e| matches!(e.outcome, Outcome::Answer { .. }))
-        .collect();
-    let fives = answered
-        .iter()
+}
+
+fn no_500_for_valid_requests(_: &Stored, inputs: &Inputs) -> Row {
+    let fives = answered(inputs)
         .filter(|e| status_of(e) == Some(500))
-        .count() as u64;
-    verdict.check(
+        .count();
+    row(
         "valid requests never got a 500",
-        answered.len() as u64,
+        answered(inputs).count(),
         fives,
-    );
-    let unavailable: Vec<&&Exchange> = answered
-        .iter()
+    )
+}
+
+/// 503 only while the database was unreachable or stalled, or from a replica that was itself
+/// paused during the request.
+fn unavailable_only_when_impaired(_: &Stored, inputs: &Inputs) -> Row {
+    let unavailable: Vec<&Exchange> = answered(inputs)
         .filter(|e| status_of(e) == Some(503))
         .collect();
     let unexplained = unavailable
@@ -268,21 +339,19 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
                 overlaps && (f.kind.impairs_database() || f.replica == Some(e.replica))
             })
         })
-        .count() as u64;
-    verdict.check(
+        .count();
+    row(
         "503 only while the database (or that replica) was impaired",
-        unavailable.len() as u64,
+        unavailable.len(),
         unexplained,
-    );
+    )
+}
 
-    // 6. Each answer belongs to the body that was sent, and a key reused with a different body
-    //    got 422, every time.
+/// Each answer belongs to the body that was sent.
+fn answers_carry_their_own_amount(_: &Stored, inputs: &Inputs) -> Row {
     let mut create_answers = 0;
     let mut foreign = 0;
-    for e in history
-        .iter()
-        .filter(|e| matches!(e.kind, OpKind::Create | OpKind::HotCreate))
-    {
+    for e in creates(inputs.history) {
         if let Outcome::Answer {
             status: 201, body, ..
         } = &e.outcome
@@ -296,26 +365,36 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
             }
         }
     }
-    verdict.check(
+    row(
         "every 201 carries the amount its own request sent",
         create_answers,
         foreign,
-    );
-    let reuse: Vec<&Exchange> = history.iter().filter(|e| e.kind == OpKind::Reuse).collect();
+    )
+}
+
+/// A key reused with a different body got 422, every time.
+fn reuse_is_rejected(_: &Stored, inputs: &Inputs) -> Row {
+    let reuse: Vec<&Exchange> = inputs
+        .history
+        .iter()
+        .filter(|e| e.kind == OpKind::Reuse)
+        .collect();
     let bad_reuse = reuse
         .iter()
         .filter(|e| match &e.outcome {
             Outcome::Answer { status, .. } => !matches!(status, 409 | 422 | 503),
             Outcome::NoAnswer => false,
         })
-        .count() as u64;
-    verdict.check(
+        .count();
+    row(
         "different-body reuse got 422, never the other body's answer",
-        reuse.len() as u64,
+        reuse.len(),
         bad_reuse,
-    );
+    )
+}
 
-    // 7. Replicas ride out database restarts: not restarted (except by the injector), ready after.
+/// Replicas ride out database restarts: not restarted (except by the injector), ready after.
+fn replicas_survive_database_restarts(_: &Stored, inputs: &Inputs) -> Row {
     let kills: BTreeMap<usize, usize> = inputs
         .faults
         .iter()
@@ -329,7 +408,7 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
         .iter()
         .enumerate()
         .filter(|(i, pids)| pids.len() != 1 + kills.get(i).copied().unwrap_or(0))
-        .count() as u64;
+        .count();
     let restarts: Vec<&Fault> = inputs
         .faults
         .iter()
@@ -352,35 +431,38 @@ pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict>
                     && f.started <= restart.ended + Duration::from_secs(1)
                     && f.ended >= restart.started
             });
-            let recovered = during && after;
-            if !(disturbed || recovered) {
+            if !(disturbed || (during && after)) {
                 not_recovered += 1;
             }
         }
     }
-    verdict.check(
+    row(
         "replicas survive database restarts (/readyz 503, then 200)",
-        (inputs.replica_pids.len() * restarts.len().max(1)) as u64,
+        inputs.replica_pids.len() * restarts.len().max(1),
         unexpected_restarts + not_recovered,
-    );
+    )
+}
 
-    // 8. Sweepers and cancels: every state change happened once, with version 2.
-    let broken_transitions = intents
+/// Sweepers and cancels: every state change happened once, with version 2.
+fn each_intent_moved_at_most_once(stored: &Stored, _: &Inputs) -> Row {
+    let broken = stored
+        .intents
         .values()
-        .filter(
-            |(state, version, reason, transitions)| match state.as_str() {
-                "created" => *version != 1 || *transitions != 0,
-                "canceled" => *version != 2 || *transitions != 1 || reason.is_none(),
-                _ => true,
-            },
-        )
-        .count() as u64;
-    verdict.check(
+        .filter(|intent| match intent.state.as_str() {
+            "created" => intent.version != 1 || intent.transitions != 0,
+            "canceled" => {
+                intent.version != 2
+                    || intent.transitions != 1
+                    || intent.cancellation_reason.is_none()
+            }
+            _ => true,
+        })
+        .count();
+    row(
         "each intent moved at most once (version, transitions)",
-        intents.len() as u64,
-        broken_transitions,
-    );
-    Ok(verdict)
+        stored.intents.len(),
+        broken,
+    )
 }
 
 fn status_of(e: &Exchange) -> Option<u16> {

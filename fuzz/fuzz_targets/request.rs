@@ -7,7 +7,7 @@
 use axum::http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
 use payments_api::{
-    http::extractors::parse_json,
+    extract::parse_json,
     idempotency::{Fingerprint, IdempotencyKey},
     intents::{domain::Address, handlers::CreateIntentRequest},
 };

@@ -5,8 +5,10 @@ use std::time::Duration;
 use axum::{Json, extract::State, response::IntoResponse};
 use serde_json::json;
 
-use super::errors::ApiError;
-use crate::db::{MIGRATOR, Pool};
+use crate::{
+    db::{MIGRATOR, Pool},
+    error::{ApiError, ErrorBody},
+};
 
 /// `GET /healthz`: the process is alive and serving HTTP; says nothing of the database.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "Alive")))]
@@ -21,7 +23,7 @@ pub async fn healthz() -> impl IntoResponse {
     tag = "operations",
     responses(
         (status = 200, description = "Ready to serve"),
-        (status = 503, description = "Database unreachable or not migrated", body = super::errors::ErrorBody),
+        (status = 503, description = "Database unreachable or not migrated", body = ErrorBody),
     )
 )]
 pub async fn readyz(State(pool): State<Pool>) -> Result<impl IntoResponse, ApiError> {

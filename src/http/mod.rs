@@ -2,8 +2,6 @@
 //! request passes through, outermost first: request id, access log, metrics, then for the API
 //! routes authentication and idempotency.
 
-pub mod errors;
-pub mod extractors;
 pub mod health;
 pub mod openapi;
 
@@ -17,11 +15,11 @@ use axum::{
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
-use self::errors::ApiError;
 use crate::{
     auth,
     config::Settings,
     db::Pool,
+    error::ApiError,
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents,
     telemetry::{self, metrics},
@@ -37,7 +35,7 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
         request_timeout: settings.request_timeout,
     };
     // route_layer: later layers wrap earlier ones, so authentication runs before the idempotency
-    // layer ever reads a key (SPEC §2).
+    // layer ever reads a key.
     let api = intents::router()
         .merge(idempotency::router())
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))

@@ -32,7 +32,7 @@ use crate::{http::health, idempotency, intents, telemetry};
         telemetry::metrics::render,
         openapi_json,
     ),
-    components(schemas(crate::http::errors::ErrorBody)),
+    components(schemas(crate::error::ErrorBody)),
     modifiers(&GenericLayers),
     tags(
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
@@ -57,7 +57,7 @@ pub fn document() -> String {
     json
 }
 
-/// The bare form of a key (SPEC §5.1): 1-255 visible ASCII characters, not starting with a quote
+/// The bare form of a key (`docs/api.md`, "Idempotency"): 1-255 visible ASCII characters, not starting with a quote
 /// (a leading quote announces the RFC 8941 form, which the description explains).
 pub const KEY_PATTERN: &str = "^[!#-~][!-~]{0,254}$";
 
@@ -103,7 +103,7 @@ impl Modify for GenericLayers {
     }
 }
 
-/// What the idempotency layer adds to every POST (SPEC §5).
+/// What the idempotency layer adds to every POST (`docs/api.md`, "Idempotency").
 fn idempotent_post(operation: &mut Operation) {
     let key = ParameterBuilder::new()
         .name("Idempotency-Key")

@@ -1,4 +1,4 @@
-//! What "the same request" means (SPEC §5.2).
+//! What "the same request" means (`docs/api.md`, "Idempotency").
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! The `Idempotency-Key` header (SPEC §5.1).
+//! The `Idempotency-Key` header (`docs/api.md`, "Idempotency").
 
 use std::fmt;
 

@@ -1,37 +1,28 @@
 //! The middleware: claim first, then execute the handler inside a transaction that also stores
-//! the response (SPEC §5.3–§5.6).
+//! its answer (`docs/design.md`, "Claim, then execute").
 
 use std::time::Duration;
 
 use axum::{
     body::{Body, Bytes, to_bytes},
     extract::{OriginalUri, Request, State},
-    http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, Method, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 
 use super::{
-    Fingerprint, IdempotencyKey, Scope,
-    store::{self, Claim, StoredResponse},
+    Fingerprint, IdempotencyKey, Scope, StoredResponse,
+    store::{self, Claim, Incomplete, Lease},
 };
 use crate::{
     config::IdempotencySettings,
-    db::{Pool, PooledConnection, RequestTransaction},
-    http::errors::{ApiError, TransactionFailed},
+    db::{Pool, PooledConnection, RequestTransaction, transaction::CommitError},
+    error::ApiError,
 };
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-
-/// Headers that describe one transmission rather than the answer, so they are never stored.
-const UNSTORED_HEADERS: [HeaderName; 5] = [
-    header::DATE,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::CONNECTION,
-    HeaderName::from_static("x-request-id"),
-];
 
 #[derive(Clone)]
 pub struct IdempotencyState {
@@ -60,6 +51,11 @@ pub enum OutcomeKind {
     LeaseLost,
     /// The handler's transaction failed: nothing stored, lease released.
     Aborted,
+    /// The `COMMIT` was sent and its answer lost: the request may or may not have been applied.
+    CommitUnknown,
+    /// The request ran past the request timeout and was rolled back wherever it was; its lease
+    /// runs out on its own, as after a crash.
+    TimedOut,
     /// The layer refused the request before claiming (bad key, body too large, ...).
     Rejected,
 }
@@ -75,6 +71,8 @@ impl OutcomeKind {
             Self::Mismatch => "mismatch",
             Self::LeaseLost => "lease_lost",
             Self::Aborted => "aborted",
+            Self::CommitUnknown => "commit_unknown",
+            Self::TimedOut => "timed_out",
             Self::Rejected => "rejected",
         }
     }
@@ -82,7 +80,7 @@ impl OutcomeKind {
 
 /// Wraps side-effecting routes. GETs pass through untouched; every POST runs inside a
 /// request-scoped transaction, and a POST with an Idempotency-Key is claimed before it runs.
-/// Expects a [`Scope`] in the request extensions: authentication runs first (SPEC §2).
+/// Expects a [`Scope`] in the request extensions: authentication runs first.
 pub async fn idempotency_layer(
     State(state): State<IdempotencyState>,
     request: Request,
@@ -91,83 +89,57 @@ pub async fn idempotency_layer(
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    let (response, kind, attempt) = match handle_post(&state, request, next).await {
-        Ok(done) => done,
-        Err((error, kind)) => (error.into_response(), kind, None),
-    };
-    with_outcome(response, kind, attempt)
+    let (mut response, outcome) = handle_post(&state, request, next).await;
+    response.extensions_mut().insert(outcome);
+    response
 }
 
-type LayerResult = Result<(Response, OutcomeKind, Option<i32>), (ApiError, OutcomeKind)>;
-
-async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> LayerResult {
-    let rejected = |e| (e, OutcomeKind::Rejected);
-    let key = parse_key_header(request.headers()).map_err(rejected)?;
-    let scope = request
-        .extensions()
-        .get::<Scope>()
-        .cloned()
-        .ok_or_else(|| {
-            rejected(ApiError::Internal(anyhow::anyhow!(
-                "idempotency layer mounted without authentication"
-            )))
-        })?;
-    // A client that trickles its body must not hold the request open past the request timeout.
-    let (request, body) = tokio::time::timeout(
-        state.request_timeout,
-        buffer_body(request, state.max_body_bytes),
-    )
-    .await
-    .map_err(|_| {
-        rejected(ApiError::BodyTimeout {
-            seconds: state.request_timeout.as_secs(),
-        })
-    })?
-    .map_err(rejected)?;
-
-    let Some(key) = key else {
-        if state.settings.key_required {
-            return Err(rejected(ApiError::IdempotencyKeyMissing));
-        }
-        let response = execute(state, request, next, None).await;
-        let kind = verdict_or(&response, OutcomeKind::Unkeyed);
-        return Ok((response, kind, None));
+async fn handle_post(
+    state: &IdempotencyState,
+    request: Request,
+    next: Next,
+) -> (Response, IdempotencyOutcome) {
+    let answer = |response, kind, attempt| (response, IdempotencyOutcome { kind, attempt });
+    let admitted = match admit(state, request).await {
+        Ok(admitted) => admitted,
+        Err(error) => return answer(error.into_response(), OutcomeKind::Rejected, None),
+    };
+    let Some(key) = admitted.key else {
+        let (response, ending) = execute(state, admitted.request, next, None).await;
+        return answer(response, ending.or(OutcomeKind::Unkeyed), None);
     };
 
-    let target = request
-        .extensions()
-        .get::<OriginalUri>()
-        .map_or_else(|| request.uri().clone(), |original| original.0.clone());
-    let path_and_query = target
-        .path_and_query()
-        .map_or(target.path(), |pq| pq.as_str());
-    let fingerprint = Fingerprint::of(request.method().as_str(), path_and_query, &body);
-
     // The claim and, when it wins, the handler's transaction share one connection.
-    let mut connection = state
-        .pool
-        .acquire()
-        .await
-        .map_err(|e| (ApiError::Database(e), OutcomeKind::Rejected))?;
-    let settings = &state.settings;
-    let claim = store::claim(
-        &mut connection,
-        &scope,
-        &key,
-        &fingerprint,
-        settings.lease,
-        settings.retention,
-    )
-    .await
-    .map_err(|e| (ApiError::Database(e), OutcomeKind::Rejected))?;
-
+    let claimed = async {
+        let mut connection = state.pool.acquire().await?;
+        let claim = store::claim(
+            &mut connection,
+            &admitted.scope,
+            &key,
+            &admitted.fingerprint,
+            state.settings.lease,
+            state.settings.retention,
+        )
+        .await?;
+        Ok::<_, sqlx::Error>((claim, connection))
+    };
+    let (claim, connection) = match claimed.await {
+        Ok(claimed) => claimed,
+        Err(e) => {
+            return answer(
+                ApiError::from(e).into_response(),
+                OutcomeKind::Rejected,
+                None,
+            );
+        }
+    };
     let (attempt, kind) = match claim {
         Claim::Replay { attempt, response } => {
-            let mut replayed = response_from(response);
+            let mut replayed = response.into_response();
             replayed
                 .headers_mut()
                 .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-            return Ok((replayed, OutcomeKind::Replay, Some(attempt)));
+            return answer(replayed, OutcomeKind::Replay, Some(attempt));
         }
         Claim::InFlight => {
             // The other attempt usually finishes within milliseconds; a retry in a second is the
@@ -176,83 +148,135 @@ async fn handle_post(state: &IdempotencyState, request: Request, next: Next) -> 
                 key: key.to_string(),
                 retry_after_seconds: 1,
             };
-            return Err((error, OutcomeKind::InFlight));
+            return answer(error.into_response(), OutcomeKind::InFlight, None);
         }
         Claim::Mismatch { stored } => {
             let error = ApiError::IdempotencyKeyReused {
                 key: key.to_string(),
                 stored: stored.short(),
-                got: fingerprint.short(),
+                got: admitted.fingerprint.short(),
             };
-            return Err((error, OutcomeKind::Mismatch));
+            return answer(error.into_response(), OutcomeKind::Mismatch, None);
         }
         Claim::Fresh { attempt } => (attempt, OutcomeKind::Fresh),
         Claim::Takeover { attempt } => (attempt, OutcomeKind::Takeover),
     };
-
-    let claimed = Claimed {
-        scope,
+    let lease = Lease {
+        scope: admitted.scope,
         key,
         attempt,
     };
-    let response = execute(state, request, next, Some((claimed, connection))).await;
-    let kind = verdict_or(&response, kind);
-    Ok((response, kind, Some(attempt)))
+    let (response, ending) =
+        execute(state, admitted.request, next, Some((lease, connection))).await;
+    answer(response, ending.or(kind), Some(attempt))
 }
 
-/// The outcome `execute` recorded on its response, or `otherwise` when the handler's own answer
-/// went out.
-fn verdict_or(response: &Response, otherwise: OutcomeKind) -> OutcomeKind {
-    match response.extensions().get::<LayerVerdict>() {
-        Some(LayerVerdict::LeaseLost) => OutcomeKind::LeaseLost,
-        Some(LayerVerdict::Aborted) => OutcomeKind::Aborted,
-        None => otherwise,
-    }
-}
-
-/// The claim this request holds. Its transaction begins on the connection it was claimed on.
-struct Claimed {
+/// A POST the layer accepted to run or to claim: its body read whole, its key parsed.
+struct Admitted {
+    request: Request,
     scope: Scope,
-    key: IdempotencyKey,
-    attempt: i32,
+    key: Option<IdempotencyKey>,
+    fingerprint: Fingerprint,
 }
 
-/// How `execute` ended when it did not deliver the handler's own response.
+/// Checks what the layer needs before anything is claimed: a well-formed key (or none, where none
+/// is allowed), the caller's scope, and the whole body within the size and time limits.
+async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, ApiError> {
+    let key = parse_key_header(request.headers())?;
+    if key.is_none() && state.settings.key_required {
+        return Err(ApiError::IdempotencyKeyMissing);
+    }
+    let scope = request
+        .extensions()
+        .get::<Scope>()
+        .cloned()
+        .ok_or_else(|| ApiError::internal("idempotency layer mounted without authentication"))?;
+    // A client that trickles its body must not hold the request open past the request timeout.
+    let (request, body) = tokio::time::timeout(
+        state.request_timeout,
+        buffer_body(request, state.max_body_bytes),
+    )
+    .await
+    .map_err(|_| ApiError::BodyTimeout {
+        seconds: state.request_timeout.as_secs(),
+    })??;
+    let target = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| request.uri().clone(), |original| original.0.clone());
+    let path_and_query = target
+        .path_and_query()
+        .map_or(target.path(), |pq| pq.as_str());
+    let fingerprint = Fingerprint::of(request.method().as_str(), path_and_query, &body);
+    Ok(Admitted {
+        request,
+        scope,
+        key,
+        fingerprint,
+    })
+}
+
+/// How a request's transaction ended, when not as the claim said it would.
 #[derive(Debug, Clone, Copy)]
-enum LayerVerdict {
+enum Ending {
+    /// Committed (with its stored answer, when keyed): the request's own outcome stands.
+    Committed,
     LeaseLost,
     Aborted,
+    CommitUnknown,
+    TimedOut,
+}
+
+impl Ending {
+    /// The outcome to report: `committed` when the transaction committed, else how it ended.
+    fn or(self, committed: OutcomeKind) -> OutcomeKind {
+        match self {
+            Self::Committed => committed,
+            Self::LeaseLost => OutcomeKind::LeaseLost,
+            Self::Aborted => OutcomeKind::Aborted,
+            Self::CommitUnknown => OutcomeKind::CommitUnknown,
+            Self::TimedOut => OutcomeKind::TimedOut,
+        }
+    }
 }
 
 /// Runs the handler in a request-scoped transaction and, for a claimed key, stores its response in
 /// that same transaction. It runs as its own task so a client that hangs up does not abort a claimed
 /// execution half-way: the work still completes and the client's retry gets the replay. The request
-/// timeout applies inside the task, and it is shorter than the lease (SPEC §5.6).
+/// timeout applies inside the task, and it is shorter than the lease.
 async fn execute(
     state: &IdempotencyState,
     request: Request,
     next: Next,
-    claimed: Option<(Claimed, PooledConnection)>,
-) -> Response {
-    let state = state.clone();
+    lease: Option<(Lease, PooledConnection)>,
+) -> (Response, Ending) {
     let timeout = state.request_timeout;
-    let task = tokio::spawn(async move {
-        match tokio::time::timeout(timeout, run_in_transaction(&state, request, next, claimed))
-            .await
-        {
-            Ok(response) => response,
-            // Dropping the transaction rolled it back; the lease stays, as after a crash.
-            Err(_) => ApiError::Timeout {
-                seconds: timeout.as_secs(),
+    let held = lease.as_ref().map(|(lease, _)| lease.clone());
+    let task = tokio::spawn({
+        let state = state.clone();
+        async move {
+            let run = run_in_transaction(&state, request, next, lease);
+            match tokio::time::timeout(timeout, run).await {
+                Ok(ran) => ran,
+                // Dropping the transaction rolled it back, unless its COMMIT was already on its
+                // way; so the lease stays, as after a crash.
+                Err(_) => {
+                    let seconds = timeout.as_secs();
+                    (
+                        ApiError::Timeout { seconds }.into_response(),
+                        Ending::TimedOut,
+                    )
+                }
             }
-            .into_response(),
         }
     });
     match task.await {
-        Ok(response) => response,
+        Ok(ran) => ran,
+        // A panicking handler: its transaction was dropped before any COMMIT, so nothing was
+        // written.
         Err(join_error) => {
-            // A panicking handler: its transaction was dropped, so nothing was written.
-            ApiError::Internal(anyhow::anyhow!("request task failed: {join_error}")).into_response()
+            let error = ApiError::internal(&format!("request task failed: {join_error}"));
+            abort(state, held.as_ref(), error.into_response()).await
         }
     }
 }
@@ -261,65 +285,65 @@ async fn run_in_transaction(
     state: &IdempotencyState,
     mut request: Request,
     next: Next,
-    claimed: Option<(Claimed, PooledConnection)>,
-) -> Response {
-    let (claimed, begun) = match claimed {
-        Some((claimed, connection)) => (
-            Some(claimed),
-            RequestTransaction::begin_on(connection).await,
-        ),
+    lease: Option<(Lease, PooledConnection)>,
+) -> (Response, Ending) {
+    let (lease, begun) = match lease {
+        Some((lease, connection)) => (Some(lease), RequestTransaction::begin_on(connection).await),
         None => (None, RequestTransaction::begin(&state.pool).await),
     };
-    let claimed = claimed.as_ref();
+    let lease = lease.as_ref();
     let slot = match begun {
         Ok(slot) => slot,
-        Err(e) => return abort(state, claimed, ApiError::Database(e).into_response()).await,
+        Err(e) => return abort(state, lease, ApiError::from(e).into_response()).await,
     };
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     let Some(tx) = slot.take().await else {
-        let error = ApiError::Internal(anyhow::anyhow!("the handler kept the request transaction"));
-        return abort(state, claimed, error.into_response()).await;
+        let error = ApiError::internal("the handler kept the request transaction");
+        return abort(state, lease, error.into_response()).await;
     };
-
-    if response.extensions().get::<TransactionFailed>().is_some() {
+    if matches!(ApiError::of(&response), Some(ApiError::Database(_))) {
+        // The handler's transaction failed at the database, so provably nothing was written.
         tx.rollback().await;
-        return abort(state, claimed, response).await;
+        return abort(state, lease, response).await;
     }
-
-    let Some(claimed) = claimed else {
+    let Some(lease) = lease else {
         return match tx.commit().await {
-            Ok(()) => response,
-            Err(e) => abort(state, None, ApiError::Database(e).into_response()).await,
+            Ok(()) => (response, Ending::Committed),
+            Err(CommitError::RolledBack(e)) => {
+                abort(state, None, ApiError::from(e).into_response()).await
+            }
+            Err(CommitError::OutcomeUnknown(cause)) => {
+                let error = ApiError::CommitOutcomeUnknown { key: None, cause };
+                (error.into_response(), Ending::CommitUnknown)
+            }
         };
     };
-
-    let stored = match store_form(response).await {
+    let stored = match StoredResponse::capture(response).await {
         Ok(stored) => stored,
         Err(error) => {
             tx.rollback().await;
-            return abort(state, Some(claimed), error.into_response()).await;
+            return abort(state, Some(lease), error.into_response()).await;
         }
     };
-    let completion =
-        store::completion_statement(&claimed.scope, &claimed.key, claimed.attempt, &stored);
-    match tx.commit_after(completion).await {
-        Ok(()) => response_from(stored),
-        Err(e) if store::is_lease_lost(&e) => {
-            // Another attempt took the key over while this one ran: only one result may ever
-            // leave the server per key, so this attempt's writes vanished with the rollback
-            // (SPEC §5.4).
-            let mut response = ApiError::IdempotencyKeyLeaseLost {
-                key: claimed.key.to_string(),
-            }
-            .into_response();
-            response.extensions_mut().insert(LayerVerdict::LeaseLost);
-            response
+    match store::complete(tx, lease, &stored).await {
+        Ok(()) => (stored.into_response(), Ending::Committed),
+        Err(Incomplete::LeaseLost) => {
+            let key = lease.key.to_string();
+            let error = ApiError::IdempotencyKeyLeaseLost { key };
+            (error.into_response(), Ending::LeaseLost)
         }
-        // Rolled back, or the connection was lost around the COMMIT and its outcome is unknown: if
-        // it happened, the retry replays it; if not, the released lease lets the retry take over at
-        // once. Either way exactly one result stands.
-        Err(e) => abort(state, Some(claimed), ApiError::Database(e).into_response()).await,
+        Err(Incomplete::RolledBack(e)) => {
+            abort(state, Some(lease), ApiError::from(e).into_response()).await
+        }
+        Err(Incomplete::OutcomeUnknown(cause)) => {
+            // If it committed, the retry replays it (the release leaves a completed record alone);
+            // if not, the released lease lets the retry take over at once.
+            release(state, lease).await;
+            let key = Some(lease.key.to_string());
+            let error = ApiError::CommitOutcomeUnknown { key, cause };
+            (error.into_response(), Ending::CommitUnknown)
+        }
     }
 }
 
@@ -327,26 +351,21 @@ async fn run_in_transaction(
 /// takes over (the record stays, its attempt kept), and answer without storing anything.
 async fn abort(
     state: &IdempotencyState,
-    claimed: Option<&Claimed>,
-    mut response: Response,
-) -> Response {
-    if let Some(claimed) = claimed {
-        let released = async {
-            let mut connection = state.pool.acquire().await?;
-            store::release_lease(
-                &mut connection,
-                &claimed.scope,
-                &claimed.key,
-                claimed.attempt,
-            )
-            .await
-        };
-        if let Err(e) = released.await {
-            tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
-        }
+    lease: Option<&Lease>,
+    response: Response,
+) -> (Response, Ending) {
+    if let Some(lease) = lease {
+        release(state, lease).await;
     }
-    response.extensions_mut().insert(LayerVerdict::Aborted);
-    response
+    (response, Ending::Aborted)
+}
+
+async fn release(state: &IdempotencyState, lease: &Lease) {
+    let released = async { store::release_lease(&mut *state.pool.acquire().await?, lease).await };
+    if let Err(e) = released.await {
+        crate::db::observe(&e);
+        tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
+    }
 }
 
 /// Reads the `Idempotency-Key` header: absent is `None`, present must parse, twice is an error.
@@ -388,52 +407,4 @@ async fn buffer_body(request: Request, limit: usize) -> Result<(Request, Bytes),
         }
     })?;
     Ok((Request::from_parts(parts, Body::from(bytes.clone())), bytes))
-}
-
-/// The handler's response as it will be stored and replayed.
-async fn store_form(response: Response) -> Result<StoredResponse, ApiError> {
-    let (parts, body) = response.into_parts();
-    let body = to_bytes(body, usize::MAX).await.map_err(|e| {
-        ApiError::Internal(anyhow::anyhow!("cannot buffer the handler's response: {e}"))
-    })?;
-    let headers = parts
-        .headers
-        .iter()
-        .filter(|(name, _)| !UNSTORED_HEADERS.contains(name))
-        .map(|(name, value)| {
-            value
-                .to_str()
-                .map(|v| (name.as_str().to_owned(), v.to_owned()))
-                .map_err(|_| {
-                    ApiError::Internal(anyhow::anyhow!("header {name} is not visible ASCII"))
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(StoredResponse {
-        status: parts.status.as_u16(),
-        headers,
-        body: body.to_vec(),
-    })
-}
-
-/// Builds the response from its stored form: the first answer and every replay come from the
-/// same bytes, so they cannot drift apart.
-fn response_from(stored: StoredResponse) -> Response {
-    let mut response = Response::new(Body::from(stored.body));
-    *response.status_mut() =
-        StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = response.headers_mut();
-    for (name, value) in stored.headers {
-        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
-            headers.append(name, value);
-        }
-    }
-    response
-}
-
-fn with_outcome(mut response: Response, kind: OutcomeKind, attempt: Option<i32>) -> Response {
-    response
-        .extensions_mut()
-        .insert(IdempotencyOutcome { kind, attempt });
-    response
 }

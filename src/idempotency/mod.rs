@@ -1,10 +1,11 @@
-//! The idempotency layer (SPEC §5): one Idempotency-Key, one execution, one answer. Generic over
-//! routes: it knows requests and responses, never what a handler does with them.
+//! The idempotency layer: one Idempotency-Key, one execution, one answer (`docs/design.md`). Generic
+//! over routes: it knows requests and responses, never what a handler does with them.
 //!
-//! - `key`: the header's grammar (§5.1)
-//! - `fingerprint`: what "the same request" means (§5.2)
-//! - `store`: claim / complete / release on `idempotency_keys` (§5.3–§5.5)
-//! - `layer`: the middleware that ties them to a request's transaction (§5.4–§5.6)
+//! - `key`: the header's grammar
+//! - `fingerprint`: what "the same request" means
+//! - `store`: claim / complete / release on `idempotency_keys`
+//! - `stored`: a handler's answer as it is stored and replayed
+//! - `layer`: the middleware that ties them to a request's transaction
 //! - `routes`: `GET /v1/idempotency_keys/{key}`, reconciliation for clients whose retries ran out
 
 mod fingerprint;
@@ -12,14 +13,16 @@ mod key;
 mod layer;
 pub mod routes;
 mod store;
+mod stored;
 
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
 pub use routes::router;
-pub use store::{Claim, StoredResponse, completion_statement, delete_expired};
+pub use store::{Claim, Lease, completion_statement, delete_expired};
+pub use stored::StoredResponse;
 
-/// Whose keys these are: the authenticated merchant (SPEC §2). Keys are unique only within a
+/// Whose keys these are: the authenticated merchant. Keys are unique only within a
 /// scope, and the scope comes from credentials, never from the body, so nobody can read or block
 /// another merchant's keys by guessing them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -7,7 +7,8 @@ use time::OffsetDateTime;
 use super::{IdempotencyKey, Scope, store};
 use crate::{
     db::Pool,
-    http::{errors::ApiError, extractors::PathParam},
+    error::{ApiError, ErrorBody},
+    extract::PathParam,
 };
 
 pub fn router() -> Router<Pool> {
@@ -41,8 +42,8 @@ pub struct KeyRecord {
     params(("key" = String, Path, pattern = "^[!#-~][!-~]{0,254}$", description = "The Idempotency-Key, percent-encoded")),
     responses(
         (status = 200, description = "Your record of this key", body = KeyRecord),
-        (status = 400, description = "`idempotency_key_invalid`", body = crate::http::errors::ErrorBody),
-        (status = 404, description = "`not_found`: never used, past its retention, or not yours", body = crate::http::errors::ErrorBody),
+        (status = 400, description = "`idempotency_key_invalid`", body = ErrorBody),
+        (status = 404, description = "`not_found`: never used, past its retention, or not yours", body = ErrorBody),
     )
 )]
 pub async fn show(

@@ -1,11 +1,13 @@
-//! The `idempotency_keys` table: claim, complete, release (SPEC §5.3–§5.5). Every time is the
-//! database's `now()`, never a replica's clock, so any number of replicas agree on leases and expiry.
+//! The `idempotency_keys` table: claim, complete, release (`docs/design.md`, "Claim, then execute").
+//! Every time is the database's `now()`, never a replica's clock, so any number of replicas agree on
+//! leases and expiry.
 
 use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{Fingerprint, IdempotencyKey, Scope};
+use super::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use crate::db::{OpenTransaction, transaction::CommitError};
 
 /// What the claim decided for one `(scope, key, fingerprint)`.
 #[derive(Debug)]
@@ -25,32 +27,19 @@ pub enum Claim {
     Mismatch { stored: Fingerprint },
 }
 
-/// A handler's whole answer, as replayed byte for byte.
+/// The lease a request holds on its key after a fresh claim or a takeover: the attempt that may
+/// complete the record, and nothing else.
 #[derive(Debug, Clone)]
-pub struct StoredResponse {
-    pub status: u16,
-    /// Header name/value pairs in the order the handler set them.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+pub struct Lease {
+    pub scope: Scope,
+    pub key: IdempotencyKey,
+    pub attempt: i32,
 }
 
-/// The one atomic decision point (SPEC §5.3). A single statement whose `INSERT ... ON CONFLICT DO
-/// UPDATE ... WHERE` takes the key when it is free (fresh) or abandoned (takeover); the row lock
-/// ON CONFLICT takes makes concurrent claims of the same key serialize, so exactly one wins. When
-/// the key is not to be taken, the same statement reads the record to tell replay, in-flight and
-/// mismatch apart, without a write: replays cost one read, no WAL and no lock.
-///
-/// `attempt` grows on every claim, fresh ones included, so a completion from any earlier attempt
-/// (even one from before a retention reset) can never pass the compare-and-set.
-///
-/// The claim commits on its own (SPEC §5.3: never wait on another request, so the record must be
-/// visible at once) but without waiting for its WAL flush: the statement sets
-/// `synchronous_commit = off` for its own implicit transaction, before it writes anything. A claim
-/// lost in a database crash is harmless, because the only write that matters after it, the
-/// handler's transaction with the completion, commits durably, and flushing that commit flushes the
-/// WAL, claim included, up to that point. So a claim can only vanish together with everything it
-/// led to, and the retry simply claims afresh. Replays, in-flight and mismatch answers write
-/// nothing, so they commit nothing either.
+/// The one atomic decision point: a single statement that takes the key when it is free (fresh) or
+/// abandoned (takeover), and otherwise reads the record to tell replay, in-flight and mismatch
+/// apart without writing. It commits without waiting for its WAL flush; why a lost claim is
+/// harmless, and why concurrent claims have exactly one winner, is in `docs/design.md`.
 pub async fn claim(
     conn: &mut PgConnection,
     scope: &Scope,
@@ -121,18 +110,18 @@ pub async fn claim(
         .await?;
 
         let Some(row) = row else { continue };
-        return Ok(match row.outcome.as_str() {
-            "fresh" => Claim::Fresh {
+        return match row.outcome.as_str() {
+            "fresh" => Ok(Claim::Fresh {
                 attempt: row.attempt,
-            },
-            "takeover" => Claim::Takeover {
+            }),
+            "takeover" => Ok(Claim::Takeover {
                 attempt: row.attempt,
-            },
-            "mismatch" => Claim::Mismatch {
+            }),
+            "mismatch" => Ok(Claim::Mismatch {
                 stored: Fingerprint::from_bytes(&row.fingerprint)
                     .ok_or_else(|| corrupt("fingerprint"))?,
-            },
-            "replay" => Claim::Replay {
+            }),
+            "replay" => Ok(Claim::Replay {
                 attempt: row.attempt,
                 response: StoredResponse {
                     status: row
@@ -145,30 +134,59 @@ pub async fn claim(
                         .ok_or_else(|| corrupt("response_headers"))?,
                     body: row.response_body.ok_or_else(|| corrupt("response_body"))?,
                 },
-            },
-            _ => Claim::InFlight,
-        });
+            }),
+            "in_flight" => Ok(Claim::InFlight),
+            other => Err(sqlx::Error::Protocol(format!(
+                "the claim statement answered an unknown outcome {other:?}"
+            ))),
+        };
     }
+    // Three snapshots in a row missed a row that exists: another claim keeps resetting it.
     Ok(Claim::InFlight)
 }
 
-/// Raised by `idempotency_complete` when another attempt took the key over while this one ran.
+/// Why a completion did not commit.
+#[derive(Debug)]
+pub enum Incomplete {
+    /// Another attempt took the key over while this one ran: the transaction rolled back, and
+    /// only the other attempt's result may ever leave the server.
+    LeaseLost,
+    /// The transaction rolled back for another reason: nothing it wrote stays.
+    RolledBack(sqlx::Error),
+    /// The connection failed once the `COMMIT` was sent: whether it committed is unknown.
+    OutcomeUnknown(sqlx::Error),
+}
+
+/// Stores `response` as the key's answer, with a compare-and-set on the lease's attempt, and commits
+/// the handler's transaction with it: both in one message, so one round trip
+/// (`docs/design.md`, "One transaction"). The compare-and-set is the SQL function
+/// `idempotency_complete` (migration `20261130000003`), which raises [`LEASE_LOST_SQLSTATE`] when
+/// the attempt lost the key; PostgreSQL then skips the `COMMIT` behind it.
+pub async fn complete(
+    tx: OpenTransaction,
+    lease: &Lease,
+    response: &StoredResponse,
+) -> Result<(), Incomplete> {
+    match tx.commit_after(completion_statement(lease, response)).await {
+        Ok(()) => Ok(()),
+        Err(CommitError::RolledBack(error)) if is_lease_lost(&error) => Err(Incomplete::LeaseLost),
+        Err(CommitError::RolledBack(error)) => Err(Incomplete::RolledBack(error)),
+        Err(CommitError::OutcomeUnknown(error)) => Err(Incomplete::OutcomeUnknown(error)),
+    }
+}
+
+/// Raised by `idempotency_complete` when another attempt took the key over (class PA is unused by
+/// PostgreSQL).
 const LEASE_LOST_SQLSTATE: &str = "PA409";
 
-/// The statement that stores the response inside the handler's own transaction, with a
-/// compare-and-set on `attempt` (SPEC §5.4): the layer sends it together with the `COMMIT`, one
-/// round trip for both (see the migration that defines `idempotency_complete`). When the attempt
-/// lost the key, the statement fails with [`LEASE_LOST_SQLSTATE`] and the `COMMIT` never runs.
-///
-/// A message that carries a `COMMIT` cannot carry bind parameters, so every value is spelled as a
-/// literal here: integers in decimal, every text and byte value as hex digits inside `decode`, which
-/// no input can break out of, whatever quotes or backslashes it holds.
-pub fn completion_statement(
-    scope: &Scope,
-    key: &IdempotencyKey,
-    attempt: i32,
-    response: &StoredResponse,
-) -> String {
+fn is_lease_lost(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(LEASE_LOST_SQLSTATE))
+}
+
+/// The completion as SQL text. A message that carries a `COMMIT` cannot carry bind parameters, so
+/// every value is a literal: integers in decimal, text and bytes as hex digits inside `decode`,
+/// which no input can break out of, whatever quotes or backslashes it holds.
+pub fn completion_statement(lease: &Lease, response: &StoredResponse) -> String {
     let headers =
         serde_json::to_vec(&response.headers).expect("a list of string pairs always serializes");
     let text = |bytes: &[u8]| {
@@ -179,35 +197,27 @@ pub fn completion_statement(
     };
     format!(
         "SELECT idempotency_complete({scope}, {key}, {attempt}, {status}::smallint, {headers}::jsonb, decode('{body}', 'hex'));",
-        scope = text(scope.as_str().as_bytes()),
-        key = text(key.as_str().as_bytes()),
+        scope = text(lease.scope.as_str().as_bytes()),
+        key = text(lease.key.as_str().as_bytes()),
+        attempt = lease.attempt,
         status = response.status,
         headers = text(&headers),
         body = hex::encode(&response.body),
     )
 }
 
-/// Whether the completion failed because another attempt took the key over.
-pub fn is_lease_lost(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(LEASE_LOST_SQLSTATE))
-}
-
 /// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the
-/// lease: used when the handler's transaction failed and provably wrote nothing (SPEC §5.5).
-pub async fn release_lease(
-    conn: &mut PgConnection,
-    scope: &Scope,
-    key: &IdempotencyKey,
-    attempt: i32,
-) -> Result<(), sqlx::Error> {
+/// lease: used when the handler's transaction failed and provably wrote nothing, or when whether it
+/// committed is unknown (a completed record is left as it is).
+pub async fn release_lease(conn: &mut PgConnection, lease: &Lease) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
         UPDATE idempotency_keys SET lease_expires_at = now()
          WHERE scope = $1 AND key = $2 AND attempt = $3 AND state = 'in_flight'
         "#,
-        scope.as_str(),
-        key.as_str(),
-        attempt,
+        lease.scope.as_str(),
+        lease.key.as_str(),
+        lease.attempt,
     )
     .execute(conn)
     .await?;
@@ -220,7 +230,7 @@ fn corrupt(column: &str) -> sqlx::Error {
     ))
 }
 
-/// Deletes up to `batch` records whose retention has passed (SPEC §5.7). An in-flight record whose
+/// Deletes up to `batch` records whose retention has passed. An in-flight record whose
 /// lease is still live is never deleted, and `SKIP LOCKED` leaves alone any record a claim is reusing right
 /// now. Returns how many were deleted.
 pub async fn delete_expired(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
@@ -253,7 +263,7 @@ pub struct RecordSummary {
     pub fingerprint: Fingerprint,
     pub response_status: Option<u16>,
     /// The top-level `"id"` of the stored response body, if it is a JSON object that has one: the
-    /// only link between a key and the resource it produced (SPEC §5.8).
+    /// only link between a key and the resource it produced.
     pub resource_id: Option<String>,
 }
 

@@ -7,7 +7,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha3::{Digest, Keccak256};
 
-/// `evm:<chain id>`: a positive decimal chain id without leading zeros (SPEC §3). Ids are bounded
+/// `evm:<chain id>`: a positive decimal chain id without leading zeros (`docs/api.md`, "The intent"). Ids are bounded
 /// to u64, the range every EVM client and EIP-155 signer actually uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -117,7 +117,7 @@ impl From<Address> for String {
 }
 
 /// A token amount in base units: decimal digits in a JSON string, no sign, no leading zeros,
-/// 1 ≤ amount < 2^256 (SPEC §3). Kept as its canonical decimal text, which is also how it crosses
+/// 1 ≤ amount < 2^256 (`docs/api.md`, "The intent"). Kept as its canonical decimal text, which is also how it crosses
 /// into PostgreSQL's `numeric(78,0)`: no float or fixed-width integer ever touches it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -167,7 +167,7 @@ impl From<Amount> for String {
     }
 }
 
-/// How long a new intent stays payable: 60..=86400 seconds, 900 when absent (SPEC §3).
+/// How long a new intent stays payable: 60..=86400 seconds, 900 when absent (`docs/api.md`, "The intent").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "i64")]
 pub struct ExpiresIn(u32);

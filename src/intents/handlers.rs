@@ -19,11 +19,9 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
-    db::Pool,
-    http::{
-        errors::{ApiError, ErrorBody},
-        extractors::{JsonBody, PathParam, QueryParams, Tx, parse_json},
-    },
+    db::{Pool, Tx},
+    error::{ApiError, ErrorBody},
+    extract::{JsonBody, PathParam, QueryParams, parse_json},
 };
 
 pub fn router() -> Router<Pool> {
@@ -33,7 +31,7 @@ pub fn router() -> Router<Pool> {
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
 }
 
-/// The create request (SPEC §3). Unknown fields are rejected: a misspelt `expires_in_secs` must
+/// The create request. Unknown fields are rejected: a misspelt `expires_in_secs` must
 /// not silently become the default.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -158,7 +156,7 @@ pub async fn cancel(
     }
 }
 
-/// `GET /v1/payment_intents` parameters (SPEC §3).
+/// `GET /v1/payment_intents` parameters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]

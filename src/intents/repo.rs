@@ -10,7 +10,7 @@ use super::{
 };
 use crate::auth::MerchantId;
 
-/// A payment intent as the API shows it; field order is the response's key order (SPEC §3).
+/// A payment intent as the API shows it; field order is the response's key order.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PaymentIntent {
     /// `pi_` + 24 lowercase hex digits.

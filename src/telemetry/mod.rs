@@ -19,6 +19,7 @@ use tracing_subscriber::{EnvFilter, fmt, layer::SubscriberExt, util::SubscriberI
 
 use crate::{
     config::LogFormat,
+    error::{ApiError, RenderedError},
     idempotency::{IdempotencyOutcome, OutcomeKind},
 };
 
@@ -100,12 +101,16 @@ pub struct AccessLogLine;
 
 impl<B> OnResponse<B> for AccessLogLine {
     fn on_response(self, response: &Response<B>, latency: Duration, _span: &Span) {
+        if let Some(RenderedError(error)) = response.extensions().get::<RenderedError>() {
+            log_cause(error);
+        }
         let status = response.status().as_u16();
         let outcome = response.extensions().get::<IdempotencyOutcome>();
         let kind = outcome.map(|o| o.kind);
         let idempotency = kind.map(OutcomeKind::as_str).unwrap_or("none");
         let attempt = outcome.and_then(|o| o.attempt);
-        let latency_ms = latency.as_secs_f64() * 1000.0;
+        // Hundredths of a millisecond: more digits would be noise, not precision.
+        let latency_ms = (latency.as_secs_f64() * 100_000.0).round() / 100.0;
         if kind == Some(OutcomeKind::Replay) {
             tracing::info!(
                 status,
@@ -117,5 +122,18 @@ impl<B> OnResponse<B> for AccessLogLine {
         } else {
             tracing::info!(status, idempotency, attempt, latency_ms, "{status}");
         }
+    }
+}
+
+/// Logs what an error response does not tell its client: the cause of a failure on our side.
+fn log_cause(error: &ApiError) {
+    match error {
+        ApiError::Internal(cause) => tracing::error!(error = ?cause, "internal error"),
+        ApiError::Database(cause) => tracing::error!(error = %cause, "database error"),
+        ApiError::CommitOutcomeUnknown { cause, .. } => tracing::error!(
+            error = %cause,
+            "the connection was lost after the commit was sent; the outcome is unknown"
+        ),
+        _ => {}
     }
 }

@@ -1,4 +1,4 @@
-//! SPEC §2: credentials first, and keys scoped by merchant.
+//! Credentials first, and keys scoped by merchant.
 
 use crate::helpers::{
     Answer, DEMO_MERCHANT, DEMO_TOKEN, OTHER_MERCHANT, OTHER_TOKEN, SEED_BODY, TestApp,
@@ -8,16 +8,12 @@ use crate::helpers::{
 async fn two_merchants_with_one_key_get_two_intents_and_cannot_see_each_other() {
     let app = TestApp::spawn().await;
 
-    let demo = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
-            .await,
-    )
-    .await;
-    let other = Answer::of(
-        app.create_intent(OTHER_TOKEN, Some("order-1001"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let demo = app
+        .create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+        .await;
+    let other = app
+        .create_intent(OTHER_TOKEN, Some("order-1001"), SEED_BODY)
+        .await;
     assert_eq!((demo.status, other.status), (201, 201));
     assert_eq!(
         other.header("idempotent-replayed"),
@@ -29,11 +25,11 @@ async fn two_merchants_with_one_key_get_two_intents_and_cannot_see_each_other() 
     assert_ne!(demo_id, other_id);
     assert_eq!(app.intent_count().await, 2);
 
-    assert_eq!(app.get_intent(DEMO_TOKEN, &demo_id).await.status(), 200);
-    let foreign = Answer::of(app.get_intent(OTHER_TOKEN, &demo_id).await).await;
+    assert_eq!(app.get_intent(DEMO_TOKEN, &demo_id).await.status, 200);
+    let foreign = app.get_intent(OTHER_TOKEN, &demo_id).await;
     assert_eq!(foreign.status, 404);
     assert_eq!(foreign.json()["error"], "not_found");
-    assert_eq!(app.get_intent(DEMO_TOKEN, &other_id).await.status(), 404);
+    assert_eq!(app.get_intent(DEMO_TOKEN, &other_id).await.status, 404);
 
     // Neither merchant's different-body reuse can block the other's key.
     let scopes: Vec<String> =
@@ -89,11 +85,9 @@ async fn missing_or_unknown_credentials_get_401_and_store_nothing() {
     assert_eq!(app.intent_count().await, 0);
 
     // The same key then runs fresh for a real merchant.
-    let answer = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let answer = app
+        .create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+        .await;
     assert_eq!(answer.status, 201);
     assert_eq!(answer.header("idempotent-replayed"), None);
 

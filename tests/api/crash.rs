@@ -1,8 +1,8 @@
-//! SPEC §5.4: a process killed inside its transaction leaves neither the intent nor a completion;
+//! A process killed inside its transaction leaves neither the intent nor a completion;
 //! after the lease, the retry executes exactly once.
 
 use crate::{
-    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, spawn_create},
+    helpers::{DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, spawn_create},
     leases::waiting_inserts,
 };
 
@@ -53,11 +53,9 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
         ("in_flight", 1, None)
     );
 
-    let early = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let early = app
+        .create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
+        .await;
     assert_eq!(early.status, 409, "the lease still protects the key");
 
     app.wait_until(
@@ -65,11 +63,9 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
         "SELECT lease_expires_at <= now() FROM idempotency_keys WHERE key = 'crash-1'",
     )
     .await;
-    let retry = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let retry = app
+        .create_intent(DEMO_TOKEN, Some("crash-1"), SEED_BODY)
+        .await;
     assert_eq!(retry.status, 201, "{}", retry.body);
     assert_eq!(app.intent_count().await, 1);
     let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();

@@ -1,7 +1,9 @@
-//! SPEC §1 and §5: one key, one execution, one answer.
+//! The transcript, and one key, one execution, one answer.
 
 use futures::future::join_all;
-use payments_api::idempotency::{IdempotencyKey, Scope, StoredResponse, completion_statement};
+use payments_api::idempotency::{
+    IdempotencyKey, Lease, Scope, StoredResponse, completion_statement,
+};
 use sqlx::Executor;
 
 use crate::helpers::{
@@ -12,11 +14,9 @@ use crate::helpers::{
 async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
     let app = TestApp::spawn().await;
 
-    let first = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let first = app
+        .create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+        .await;
     assert_eq!(first.status, 201);
     let intent = first.json();
     let id = intent["id"].as_str().unwrap();
@@ -49,24 +49,24 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         .iter()
         .map(|k| first.body.find(&format!("\"{k}\":")).unwrap())
         .collect();
-    assert!(positions.is_sorted(), "keys in SPEC order: {}", first.body);
+    assert!(
+        positions.is_sorted(),
+        "keys in the documented order: {}",
+        first.body
+    );
 
-    let second = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let second = app
+        .create_intent(DEMO_TOKEN, Some("order-1001"), SEED_BODY)
+        .await;
     assert_eq!(second.status, 201);
     assert_eq!(second.body, first.body, "a replay is byte-identical");
     assert_eq!(second.header("location"), first.header("location"));
     assert_eq!(second.header("idempotent-replayed"), Some("true"));
 
     let other_body = body_with_amount("999000000");
-    let third = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-1001"), &other_body)
-            .await,
-    )
-    .await;
+    let third = app
+        .create_intent(DEMO_TOKEN, Some("order-1001"), &other_body)
+        .await;
     assert_eq!(third.status, 422);
     assert_eq!(third.header("content-type"), Some("application/json"));
     let expected = format!(
@@ -96,11 +96,8 @@ async fn fifty_concurrent_identical_requests_execute_once() {
     let app = TestApp::spawn().await;
 
     let requests = (0..50).map(|_| async {
-        Answer::of(
-            app.create_intent(DEMO_TOKEN, Some("race-1"), SEED_BODY)
-                .await,
-        )
-        .await
+        app.create_intent(DEMO_TOKEN, Some("race-1"), SEED_BODY)
+            .await
     });
     let answers = join_all(requests).await;
 
@@ -144,11 +141,9 @@ async fn handler_errors_are_stored_and_replayed_but_layer_errors_are_not() {
 
     // A handler 400 is the answer to this request: stored, replayed as is.
     let zero = body_with_amount("0");
-    let first = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("zero-amount"), &zero)
-            .await,
-    )
-    .await;
+    let first = app
+        .create_intent(DEMO_TOKEN, Some("zero-amount"), &zero)
+        .await;
     assert_eq!(first.status, 400);
     assert_eq!(first.json()["error"], "invalid_request");
     assert!(
@@ -156,11 +151,9 @@ async fn handler_errors_are_stored_and_replayed_but_layer_errors_are_not() {
         "{}",
         first.body
     );
-    let again = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("zero-amount"), &zero)
-            .await,
-    )
-    .await;
+    let again = app
+        .create_intent(DEMO_TOKEN, Some("zero-amount"), &zero)
+        .await;
     assert_eq!(
         (again.status, again.body.as_str()),
         (400, first.body.as_str())
@@ -174,11 +167,9 @@ async fn handler_errors_are_stored_and_replayed_but_layer_errors_are_not() {
 
     // A layer 400 (malformed key): nothing ran, nothing is stored, the same request may be retried.
     for bad_key in ["has space", &"k".repeat(256), "\"unterminated"] {
-        let answer = Answer::of(
-            app.create_intent(DEMO_TOKEN, Some(bad_key), SEED_BODY)
-                .await,
-        )
-        .await;
+        let answer = app
+            .create_intent(DEMO_TOKEN, Some(bad_key), SEED_BODY)
+            .await;
         assert_eq!(answer.status, 400, "{bad_key}");
         assert_eq!(answer.json()["error"], "idempotency_key_invalid");
         assert_eq!(answer.header("idempotent-replayed"), None);
@@ -199,14 +190,12 @@ async fn reordered_json_keys_are_a_different_request() {
     assert_eq!(
         app.create_intent(DEMO_TOKEN, Some("order-7"), SEED_BODY)
             .await
-            .status(),
+            .status,
         201
     );
-    let answer = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-7"), reordered)
-            .await,
-    )
-    .await;
+    let answer = app
+        .create_intent(DEMO_TOKEN, Some("order-7"), reordered)
+        .await;
     assert_eq!(answer.status, 422);
     assert_eq!(answer.json()["error"], "idempotency_key_reused");
     assert_eq!(app.intent_count().await, 1);
@@ -215,16 +204,12 @@ async fn reordered_json_keys_are_a_different_request() {
 #[tokio::test]
 async fn quoted_and_bare_forms_name_the_same_key() {
     let app = TestApp::spawn().await;
-    let first = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("order-9"), SEED_BODY)
-            .await,
-    )
-    .await;
-    let quoted = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("\"order-9\""), SEED_BODY)
-            .await,
-    )
-    .await;
+    let first = app
+        .create_intent(DEMO_TOKEN, Some("order-9"), SEED_BODY)
+        .await;
+    let quoted = app
+        .create_intent(DEMO_TOKEN, Some("\"order-9\""), SEED_BODY)
+        .await;
     assert_eq!(first.status, 201);
     assert_eq!(quoted.header("idempotent-replayed"), Some("true"));
     assert_eq!(quoted.body, first.body);
@@ -245,9 +230,9 @@ async fn keys_made_of_sql_metacharacters_are_stored_and_replayed_like_any_other(
     ];
     for (i, key) in keys.iter().enumerate() {
         let body = body_with_amount(&(100 + i).to_string());
-        let first = Answer::of(app.create_intent(DEMO_TOKEN, Some(key), &body).await).await;
+        let first = app.create_intent(DEMO_TOKEN, Some(key), &body).await;
         assert_eq!(first.status, 201, "first request with key {key}");
-        let replay = Answer::of(app.create_intent(DEMO_TOKEN, Some(key), &body).await).await;
+        let replay = app.create_intent(DEMO_TOKEN, Some(key), &body).await;
         assert_eq!(replay.status, 201, "replay with key {key}");
         assert_eq!(replay.header("idempotent-replayed"), Some("true"));
         assert_eq!(replay.body, first.body);
@@ -273,9 +258,11 @@ async fn the_completion_finds_its_record_through_the_primary_key() {
     .await
     .unwrap();
     let completion = completion_statement(
-        &Scope::new(DEMO_MERCHANT),
-        &IdempotencyKey::parse_bytes(b"pk-probe").unwrap(),
-        1,
+        &Lease {
+            scope: Scope::new(DEMO_MERCHANT),
+            key: IdempotencyKey::parse_bytes(b"pk-probe").unwrap(),
+            attempt: 1,
+        },
         &StoredResponse {
             status: 201,
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
@@ -306,9 +293,7 @@ async fn posts_without_a_key_simply_run_unless_keys_are_required() {
     let app = TestApp::spawn().await;
     for _ in 0..2 {
         assert_eq!(
-            app.create_intent(DEMO_TOKEN, None, SEED_BODY)
-                .await
-                .status(),
+            app.create_intent(DEMO_TOKEN, None, SEED_BODY).await.status,
             201
         );
     }
@@ -319,7 +304,7 @@ async fn posts_without_a_key_simply_run_unless_keys_are_required() {
     );
 
     let strict = TestApp::spawn_with(|s| s.idempotency.key_required = true).await;
-    let answer = Answer::of(strict.create_intent(DEMO_TOKEN, None, SEED_BODY).await).await;
+    let answer = strict.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
     assert_eq!(answer.status, 400);
     assert_eq!(answer.json()["error"], "idempotency_key_missing");
     assert_eq!(strict.intent_count().await, 0);
@@ -329,7 +314,7 @@ async fn posts_without_a_key_simply_run_unless_keys_are_required() {
 async fn oversized_bodies_get_413_and_store_nothing() {
     let app = TestApp::spawn_with(|s| s.max_body_bytes = 1024).await;
     let padded = SEED_BODY.replace("}", &format!(",\"pad\":\"{}\"}}", "x".repeat(2000)));
-    let answer = Answer::of(app.create_intent(DEMO_TOKEN, Some("big-1"), &padded).await).await;
+    let answer = app.create_intent(DEMO_TOKEN, Some("big-1"), &padded).await;
     assert_eq!(answer.status, 413);
     assert_eq!(answer.json()["error"], "payload_too_large");
     assert!(app.key_record(DEMO_MERCHANT, "big-1").await.is_none());
@@ -357,11 +342,9 @@ async fn a_key_past_its_retention_is_a_new_request() {
         s.idempotency.retention = std::time::Duration::from_secs(2);
     })
     .await;
-    let first = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("short-lived"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let first = app
+        .create_intent(DEMO_TOKEN, Some("short-lived"), SEED_BODY)
+        .await;
     assert_eq!(first.status, 201);
 
     app.wait_until(
@@ -370,11 +353,9 @@ async fn a_key_past_its_retention_is_a_new_request() {
     )
     .await;
     // Even a different body is welcome now: the key is free again.
-    let later = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("short-lived"), &body_with_amount("5"))
-            .await,
-    )
-    .await;
+    let later = app
+        .create_intent(DEMO_TOKEN, Some("short-lived"), &body_with_amount("5"))
+        .await;
     assert_eq!(later.status, 201);
     assert_eq!(later.header("idempotent-replayed"), None);
     assert_ne!(later.json()["id"], first.json()["id"]);

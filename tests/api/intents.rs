@@ -1,19 +1,17 @@
-//! SPEC §3: the intent, its validation and its errors.
+//! The intent, its validation and its errors.
 
 use crate::helpers::{Answer, DEMO_TOKEN, SEED_BODY, TestApp, body_with_amount};
 
 #[tokio::test]
 async fn get_returns_the_created_intent() {
     let app = TestApp::spawn().await;
-    let created = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("get-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("get-1"), SEED_BODY)
+        .await;
     let id = created.json()["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("pi_") && id.len() == 27);
 
-    let fetched = Answer::of(app.get_intent(DEMO_TOKEN, &id).await).await;
+    let fetched = app.get_intent(DEMO_TOKEN, &id).await;
     assert_eq!(fetched.status, 200);
     assert_eq!(fetched.body, created.body);
     // A GET ignores Idempotency-Key.
@@ -33,7 +31,7 @@ async fn get_returns_the_created_intent() {
         "nothing",
         "%27%3B%20DROP%20TABLE%20payment_intents",
     ] {
-        let answer = Answer::of(app.get_intent(DEMO_TOKEN, missing).await).await;
+        let answer = app.get_intent(DEMO_TOKEN, missing).await;
         assert_eq!(answer.status, 404, "{missing}");
         assert_eq!(answer.json()["error"], "not_found");
     }
@@ -53,7 +51,7 @@ async fn addresses_are_shown_checksummed_and_amounts_reach_uint256() {
             "0x70997970C51812DC3A010C7D01B50E0D17DC79C8",
         )
         .replace(r#","expires_in_seconds":900"#, "");
-    let answer = Answer::of(app.create_intent(DEMO_TOKEN, None, &body).await).await;
+    let answer = app.create_intent(DEMO_TOKEN, None, &body).await;
     assert_eq!(answer.status, 201, "{}", answer.body);
     let intent = answer.json();
     assert_eq!(intent["amount"], max);
@@ -127,7 +125,7 @@ async fn invalid_input_gets_400_naming_the_field() {
         (format!("{SEED_BODY}{SEED_BODY}"), "one JSON object"),
     ];
     for (body, field) in cases {
-        let answer = Answer::of(app.create_intent(DEMO_TOKEN, None, &body).await).await;
+        let answer = app.create_intent(DEMO_TOKEN, None, &body).await;
         assert_eq!(answer.status, 400, "{body}: {}", answer.body);
         let json = answer.json();
         assert_eq!(json["error"], "invalid_request", "{body}");
@@ -182,4 +180,21 @@ async fn unknown_routes_and_methods_answer_json_errors() {
     .await;
     assert_eq!(answer.status, 405);
     assert_eq!(answer.json()["error"], "method_not_allowed");
+}
+
+/// serde reads a JSON array into a struct field by field, by position; a body is never that.
+#[tokio::test]
+async fn an_array_body_is_400_and_creates_nothing() {
+    let app = TestApp::spawn().await;
+    let positional = r#"["evm:31337","0x5FbDB2315678afecb367f032d93F642f64180aa3","0x70997970C51812dc3A010C7d01b50e0d17dc79C8","0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","100000000",900]"#;
+    for key in [None, Some("array-1")] {
+        let answer = app.create_intent(DEMO_TOKEN, key, positional).await;
+        assert_eq!(answer.status, 400, "{}", answer.body);
+        assert_eq!(answer.json()["error"], "invalid_request");
+        assert_eq!(
+            answer.json()["detail"],
+            "request body must be a JSON object"
+        );
+    }
+    assert_eq!(app.intent_count().await, 0);
 }

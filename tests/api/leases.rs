@@ -1,10 +1,8 @@
-//! SPEC §5.3–§5.6: leases, takeover, and the zombie whose completion must lose.
+//! Leases, takeover, and the zombie whose completion must lose.
 
 use std::time::Duration;
 
-use crate::helpers::{
-    Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, fingerprint, spawn_create,
-};
+use crate::helpers::{DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, fingerprint, spawn_create};
 
 /// Writes the record a crashed first attempt would leave: in flight, lease ending in `lease_secs`.
 async fn abandoned_claim(app: &TestApp, key: &str, lease_secs: f64) {
@@ -25,7 +23,7 @@ async fn abandoned_claim(app: &TestApp, key: &str, lease_secs: f64) {
 async fn a_live_lease_answers_409_with_retry_after() {
     let app = TestApp::spawn().await;
     abandoned_claim(&app, "busy", 30.0).await;
-    let answer = Answer::of(app.create_intent(DEMO_TOKEN, Some("busy"), SEED_BODY).await).await;
+    let answer = app.create_intent(DEMO_TOKEN, Some("busy"), SEED_BODY).await;
     assert_eq!(answer.status, 409);
     assert_eq!(answer.json()["error"], "idempotency_key_in_flight");
     assert!(
@@ -38,11 +36,9 @@ async fn a_live_lease_answers_409_with_retry_after() {
     );
     assert_eq!(app.intent_count().await, 0);
     // A different body under a live claim is still a mismatch, not an in-flight wait.
-    let other = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("busy"), &SEED_BODY.replace("900", "901"))
-            .await,
-    )
-    .await;
+    let other = app
+        .create_intent(DEMO_TOKEN, Some("busy"), &SEED_BODY.replace("900", "901"))
+        .await;
     assert_eq!(other.status, 422);
 }
 
@@ -51,21 +47,17 @@ async fn an_expired_lease_is_taken_over_by_the_next_attempt() {
     let app = TestApp::spawn().await;
     abandoned_claim(&app, "crashed-1", -1.0).await;
 
-    let answer = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("crashed-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let answer = app
+        .create_intent(DEMO_TOKEN, Some("crashed-1"), SEED_BODY)
+        .await;
     assert_eq!(answer.status, 201);
     let record = app.key_record(DEMO_MERCHANT, "crashed-1").await.unwrap();
     assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
     assert_eq!(app.intent_count().await, 1);
 
-    let replay = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("crashed-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let replay = app
+        .create_intent(DEMO_TOKEN, Some("crashed-1"), SEED_BODY)
+        .await;
     assert_eq!(
         (replay.status, replay.body.as_str()),
         (201, answer.body.as_str())
@@ -125,11 +117,9 @@ async fn a_zombie_attempt_loses_the_compare_and_set_and_its_writes_vanish() {
     let record = app.key_record(DEMO_MERCHANT, "zombie-1").await.unwrap();
     assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
 
-    let replay = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("zombie-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let replay = app
+        .create_intent(DEMO_TOKEN, Some("zombie-1"), SEED_BODY)
+        .await;
     assert_eq!(
         replay.body, successor.body,
         "the one answer that left the server"

@@ -10,7 +10,7 @@ use crate::helpers::{
 
 impl TestApp {
     async fn create_id(&self, key: Option<&str>) -> String {
-        let answer = Answer::of(self.create_intent(DEMO_TOKEN, key, SEED_BODY).await).await;
+        let answer = self.create_intent(DEMO_TOKEN, key, SEED_BODY).await;
         assert_eq!(answer.status, 201, "{}", answer.body);
         answer.json()["id"].as_str().unwrap().to_owned()
     }
@@ -168,9 +168,7 @@ async fn the_sweeper_runs_in_the_background_of_a_running_server() {
         &format!("SELECT state = 'canceled' FROM payment_intents WHERE id = '{id}'"),
     )
     .await;
-    let intent = Answer::of(app.get_intent(DEMO_TOKEN, &id).await)
-        .await
-        .json();
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
     assert_eq!(
         (
             intent["cancellation_reason"].as_str(),
@@ -178,9 +176,7 @@ async fn the_sweeper_runs_in_the_background_of_a_running_server() {
         ),
         (Some("expired"), Some(2))
     );
-    let untouched = Answer::of(app.get_intent(DEMO_TOKEN, &fresh).await)
-        .await
-        .json();
+    let untouched = app.get_intent(DEMO_TOKEN, &fresh).await.json();
     assert_eq!(untouched["state"], "created");
 }
 
@@ -212,11 +208,9 @@ async fn retention_deletes_expired_records_but_never_a_live_lease() {
     assert_eq!(left, vec!["leased-key", "young-key"]);
 
     // The deleted key is a fresh request again, whatever its body.
-    let again = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("old-key"), &body_with_amount("7"))
-            .await,
-    )
-    .await;
+    let again = app
+        .create_intent(DEMO_TOKEN, Some("old-key"), &body_with_amount("7"))
+        .await;
     assert_eq!(again.status, 201);
     assert_eq!(again.header("idempotent-replayed"), None);
     assert_eq!(
@@ -236,7 +230,7 @@ async fn list_pages_newest_first_without_skipping_or_repeating_while_intents_are
         existing.push(app.create_id(None).await);
     }
     // Another merchant's intents never show.
-    Answer::of(app.create_intent(OTHER_TOKEN, None, SEED_BODY).await).await;
+    app.create_intent(OTHER_TOKEN, None, SEED_BODY).await;
 
     let writer = tokio::spawn({
         let (client, address) = (app.client.clone(), app.address.clone());
@@ -324,11 +318,8 @@ async fn list_filters_by_state_and_validates_its_parameters() {
 async fn a_key_record_can_be_looked_up_by_its_owner_only() {
     let app = TestApp::spawn().await;
     let id = app.create_id(Some("order-1001")).await;
-    Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("bad-amount"), &body_with_amount("0"))
-            .await,
-    )
-    .await;
+    app.create_intent(DEMO_TOKEN, Some("bad-amount"), &body_with_amount("0"))
+        .await;
 
     let lookup = |token: &'static str, key: &'static str| {
         let request = app

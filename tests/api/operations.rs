@@ -91,11 +91,9 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     ];
     let before = scrape().await;
 
-    let created = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
+        .await;
     app.create_intent(DEMO_TOKEN, Some("metrics-1"), SEED_BODY)
         .await;
     let id = created.json()["id"].as_str().unwrap().to_owned();
@@ -184,8 +182,8 @@ async fn request_ids_are_echoed_or_generated() {
         .create_intent(DEMO_TOKEN, Some("rid-1"), SEED_BODY)
         .await;
     assert_ne!(
-        first.headers()["x-request-id"],
-        second.headers()["x-request-id"]
+        first.headers["x-request-id"],
+        second.headers["x-request-id"]
     );
 }
 

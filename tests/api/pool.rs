@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::{
-    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, spawn_create},
+    helpers::{DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, spawn_create},
     leases::waiting_inserts,
 };
 
@@ -20,7 +20,7 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
     let warm =
         futures::future::join_all((0..6).map(|_| app.create_intent(DEMO_TOKEN, None, SEED_BODY)))
             .await;
-    assert!(warm.iter().all(|r| r.status() == 201), "the pool is warm");
+    assert!(warm.iter().all(|r| r.status == 201), "the pool is warm");
 
     let sessions: Vec<i32> = sqlx::query_scalar(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
@@ -49,11 +49,9 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
 
     let mut statuses = Vec::new();
     for _ in 0..=sessions.len() {
-        let answer = Answer::of(
-            app.create_intent(DEMO_TOKEN, Some("after-terminate"), SEED_BODY)
-                .await,
-        )
-        .await;
+        let answer = app
+            .create_intent(DEMO_TOKEN, Some("after-terminate"), SEED_BODY)
+            .await;
         statuses.push(answer.status);
         if answer.status == 201 {
             break;
@@ -81,11 +79,9 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
 async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request() {
     // One connection, so the next request could only get the abandoned one or a new one.
     let app = app_with_one_connection().await;
-    let created = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("behind-a-lock"), SEED_BODY)
+        .await;
     assert_eq!(created.status, 201, "{}", created.body);
     let id = created.json()["id"].as_str().unwrap().to_owned();
 
@@ -118,7 +114,6 @@ async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request
     )
     .await
     .expect("the replay waited behind the abandoned statement");
-    let replay = Answer::of(replay).await;
     assert_eq!(replay.status, 201, "{}", replay.body);
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(replay.body, created.body);
@@ -136,11 +131,9 @@ async fn a_request_that_finds_every_connection_busy_gets_a_retryable_503_and_cla
     app.wait_until("the only connection waits on the lock", &waiting_inserts(1))
         .await;
 
-    let refused = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let refused = app
+        .create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
+        .await;
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(refused.json()["error"], "unavailable");
     assert!(refused.header("retry-after").is_some());
@@ -154,11 +147,9 @@ async fn a_request_that_finds_every_connection_busy_gets_a_retryable_503_and_cla
     blocker.release().await;
     let held = holder.await.unwrap().unwrap();
     assert_eq!(held.status, 201, "{}", held.body);
-    let retry = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let retry = app
+        .create_intent(DEMO_TOKEN, Some("finds-none-free"), SEED_BODY)
+        .await;
     assert_eq!(retry.status, 201, "{}", retry.body);
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(app.intent_count().await, 2);

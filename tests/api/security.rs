@@ -5,33 +5,26 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{
-    Answer, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, ServerProcess, TestApp, body_with_amount,
+    DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, ServerProcess, TestApp, body_with_amount,
 };
 
 #[tokio::test]
 async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
     let app = TestApp::spawn().await;
-    let a = Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("k-shared"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let a = app
+        .create_intent(DEMO_TOKEN, Some("k-shared"), SEED_BODY)
+        .await;
     let a_id = a.json()["id"].as_str().unwrap().to_owned();
-    Answer::of(
-        app.create_intent(DEMO_TOKEN, Some("k-a-only"), SEED_BODY)
-            .await,
-    )
-    .await;
+    app.create_intent(DEMO_TOKEN, Some("k-a-only"), SEED_BODY)
+        .await;
     let url = |path: &str| format!("{}{path}", app.address);
 
     // Reads and state changes of A's intent: not found, and nothing changes.
-    assert_eq!(app.get_intent(OTHER_TOKEN, &a_id).await.status(), 404);
+    assert_eq!(app.get_intent(OTHER_TOKEN, &a_id).await.status, 404);
     for key in [None, Some("b-cancel")] {
         assert_eq!(app.cancel(OTHER_TOKEN, &a_id, key).await.status, 404);
     }
-    let a_now = Answer::of(app.get_intent(DEMO_TOKEN, &a_id).await)
-        .await
-        .json();
+    let a_now = app.get_intent(DEMO_TOKEN, &a_id).await.json();
     assert_eq!(
         (a_now["state"].as_str(), a_now["version"].as_i64()),
         (Some("created"), Some(1))
@@ -53,21 +46,17 @@ async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
         .await
         .unwrap();
     assert_eq!(lookup.status(), 404);
-    let b_same = Answer::of(
-        app.create_intent(OTHER_TOKEN, Some("k-shared"), SEED_BODY)
-            .await,
-    )
-    .await;
+    let b_same = app
+        .create_intent(OTHER_TOKEN, Some("k-shared"), SEED_BODY)
+        .await;
     assert_eq!(
         (b_same.status, b_same.header("idempotent-replayed")),
         (201, None)
     );
     assert_ne!(b_same.json()["id"], a_id.as_str());
-    let b_other_body = Answer::of(
-        app.create_intent(OTHER_TOKEN, Some("k-a-only"), &body_with_amount("42"))
-            .await,
-    )
-    .await;
+    let b_other_body = app
+        .create_intent(OTHER_TOKEN, Some("k-a-only"), &body_with_amount("42"))
+        .await;
     assert_eq!(
         b_other_body.status, 201,
         "A's key cannot be blocked by B: {}",
@@ -161,15 +150,13 @@ async fn hostile_input_gets_4xx_and_changes_nothing() {
     }
     assert_eq!(app.intent_count().await, 0, "nothing was written");
     // A key made of SQL metacharacters is just a key.
-    let odd_key = Answer::of(
-        app.create_intent(
+    let odd_key = app
+        .create_intent(
             DEMO_TOKEN,
             Some("';DROP_TABLE_payment_intents;--"),
             SEED_BODY,
         )
-        .await,
-    )
-    .await;
+        .await;
     assert_eq!(odd_key.status, 201);
     assert_eq!(app.intent_count().await, 1);
 }
@@ -255,7 +242,7 @@ async fn a_client_that_trickles_its_body_is_cut_off_while_others_are_served() {
     assert_eq!(
         app.create_intent(DEMO_TOKEN, Some("fast-1"), SEED_BODY)
             .await
-            .status(),
+            .status,
         201
     );
 
@@ -298,7 +285,7 @@ async fn new_api_tokens_carry_256_random_bits() {
     }
     assert_ne!(tokens[0], tokens[1]);
     let answer = app.create_intent(&tokens[0], None, SEED_BODY).await;
-    assert_eq!(answer.status(), 201, "the new token authenticates");
+    assert_eq!(answer.status, 201, "the new token authenticates");
 }
 
 #[tokio::test]
@@ -313,9 +300,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
 
     // Meanwhile everybody else is served.
     assert_eq!(
-        app.create_intent(DEMO_TOKEN, None, SEED_BODY)
-            .await
-            .status(),
+        app.create_intent(DEMO_TOKEN, None, SEED_BODY).await.status,
         201
     );
 

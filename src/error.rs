@@ -1,5 +1,7 @@
 //! The one error type of the API. Every error body is `{"error":"<code>","detail":"<sentence>"}`
-//! (SPEC §4); internals are logged, never sent.
+//! (`docs/api.md`, "Errors"); internals are logged by the access log, never sent.
+
+use std::sync::Arc;
 
 use axum::{
     Json,
@@ -8,10 +10,7 @@ use axum::{
 };
 use serde::Serialize;
 
-/// Marks a response whose handler transaction failed at the database: the idempotency layer must
-/// roll back and not store it (SPEC §5.5), since provably nothing was written.
-#[derive(Debug, Clone, Copy)]
-pub struct TransactionFailed;
+use crate::db::Failure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -55,7 +54,15 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
     /// The database could not be reached or failed the request; nothing was committed.
     #[error("database error")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
+    /// The `COMMIT` was sent and the connection failed before its answer came back: the request
+    /// may or may not have been applied. `key` is the request's Idempotency-Key, if it had one.
+    #[error("the outcome of the commit is unknown")]
+    CommitOutcomeUnknown {
+        key: Option<String>,
+        #[source]
+        cause: sqlx::Error,
+    },
     #[error("the request did not finish within {seconds} s; retry with the same Idempotency-Key")]
     Timeout { seconds: u64 },
     /// The client did not send its whole body within the request timeout.
@@ -78,7 +85,40 @@ pub struct ErrorBody {
 /// How long clients should wait before retrying when the database is unreachable.
 const UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 1;
 
+/// Every database error a request meets passes here on its way to an answer, so this is where the
+/// pool hears that connections are dying ([`crate::db::observe`]).
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        crate::db::observe(&error);
+        Self::Database(error)
+    }
+}
+
+/// The error a response was rendered from, attached to it so that what wraps the handler can act
+/// on it (the idempotency layer rolls back, the access log logs the cause) without parsing bodies.
+#[derive(Debug, Clone)]
+pub struct RenderedError(pub Arc<ApiError>);
+
 impl ApiError {
+    /// A bug or an impossible state, described for the log.
+    pub fn internal(what: &str) -> Self {
+        Self::Internal(anyhow::anyhow!("{what}"))
+    }
+
+    /// The error `response` was rendered from, if it was rendered from one.
+    pub fn of(response: &Response) -> Option<&ApiError> {
+        response
+            .extensions()
+            .get::<RenderedError>()
+            .map(|rendered| &*rendered.0)
+    }
+
+    /// Whether the database failed in a way no retry fixes (a 500), as opposed to being
+    /// unreachable for now (a 503).
+    fn is_database_bug(&self) -> bool {
+        matches!(self, Self::Database(e) if !Failure::of(e).is_transient())
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "invalid_request",
@@ -94,8 +134,11 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             Self::Internal(_) => "internal_error",
-            Self::Database(e) if !is_unavailable(e) => "internal_error",
-            Self::Database(_) | Self::Timeout { .. } | Self::Unready(_) => "unavailable",
+            _ if self.is_database_bug() => "internal_error",
+            Self::Database(_)
+            | Self::CommitOutcomeUnknown { .. }
+            | Self::Timeout { .. }
+            | Self::Unready(_) => "unavailable",
         }
     }
 
@@ -114,56 +157,37 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Database(e) if !is_unavailable(e) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Database(_) | Self::Timeout { .. } | Self::Unready(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            _ if self.is_database_bug() => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Database(_)
+            | Self::CommitOutcomeUnknown { .. }
+            | Self::Timeout { .. }
+            | Self::Unready(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn detail(&self) -> String {
         match self {
             Self::Internal(_) => "an internal error occurred; it has been logged".to_owned(),
-            Self::Database(e) if !is_unavailable(e) => {
+            _ if self.is_database_bug() => {
                 "an internal error occurred; nothing was committed, the request may be retried".to_owned()
             }
             Self::Database(_) => {
                 "the database is unavailable; nothing was committed, retry with the same Idempotency-Key".to_owned()
+            }
+            Self::CommitOutcomeUnknown { key: Some(key), .. } => format!(
+                "the connection to the database was lost after the commit was sent, so whether this request was applied is unknown; retry with the same Idempotency-Key \"{key}\" to learn the outcome"
+            ),
+            Self::CommitOutcomeUnknown { key: None, .. } => {
+                "the connection to the database was lost after the commit was sent: the request may have been applied; check before sending it again (an Idempotency-Key makes retries safe)".to_owned()
             }
             other => other.to_string(),
         }
     }
 }
 
-/// Errors of reaching the database, as opposed to errors of the statement itself.
-pub fn is_unavailable(error: &sqlx::Error) -> bool {
-    if crate::db::is_connection_lost(error) {
-        return true;
-    }
-    match error {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
-        // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock): all say
-        // "try again", none says the request was wrong.
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("53") || code == "40001" || code == "40P01"),
-        _ => false,
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        match &self {
-            Self::Internal(e) => tracing::error!(error = ?e, "internal error"),
-            Self::Database(e) => {
-                tracing::error!(error = %e, "database error");
-                if crate::db::is_connection_lost(e) {
-                    crate::db::distrust_idle_connections();
-                }
-            }
-            _ => {}
-        }
         let body = ErrorBody {
             error: self.code(),
             detail: self.detail(),
@@ -188,9 +212,9 @@ impl IntoResponse for ApiError {
             }
             _ => {}
         }
-        if matches!(self, Self::Database(_)) {
-            response.extensions_mut().insert(TransactionFailed);
-        }
+        response
+            .extensions_mut()
+            .insert(RenderedError(Arc::new(self)));
         response
     }
 }

@@ -1,60 +1,17 @@
-//! Extractors shared by handlers.
+//! Extractors every capability's handlers use, with rejections in the API's error format. (The
+//! request's transaction is extracted with [`crate::db::Tx`].)
 
-use std::ops::{Deref, DerefMut};
-
-use axum::body::Bytes;
 use axum::{
+    body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
     http::request::Parts,
 };
 use serde::de::DeserializeOwned;
-use sqlx::PgConnection;
-use tokio::sync::OwnedMutexGuard;
 
-use super::errors::ApiError;
-use crate::db::{OpenTransaction, RequestTransaction};
+use crate::error::ApiError;
 
-/// The request's transaction (opened by the idempotency layer). Whatever a handler writes through
-/// it commits together with the stored response, or not at all (SPEC §5.4).
-pub struct Tx(OwnedMutexGuard<Option<OpenTransaction>>);
-
-impl<S: Send + Sync> FromRequestParts<S> for Tx {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        let slot = parts
-            .extensions
-            .get::<RequestTransaction>()
-            .ok_or_else(|| {
-                ApiError::Internal(anyhow::anyhow!(
-                    "route is not wrapped by the idempotency layer"
-                ))
-            })?;
-        let guard = slot.lock().await;
-        if guard.is_none() {
-            return Err(ApiError::Internal(anyhow::anyhow!(
-                "request transaction already taken"
-            )));
-        }
-        Ok(Self(guard))
-    }
-}
-
-impl Deref for Tx {
-    type Target = PgConnection;
-    fn deref(&self) -> &PgConnection {
-        self.0.as_deref().expect("checked when extracted")
-    }
-}
-
-impl DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut PgConnection {
-        self.0.as_deref_mut().expect("checked when extracted")
-    }
-}
-
-/// A JSON body parsed whatever the Content-Type says (absent, form, or JSON: SPEC §1, curl's `-d`),
-/// with errors that name the offending field.
+/// A JSON body parsed whatever the Content-Type says (absent, form, or JSON, as curl's `-d` sends
+/// it), with errors that name the offending field.
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
@@ -68,7 +25,14 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Parses a body that must be one JSON object. (serde would also read an array into a struct,
+/// field by position; a body is never that.)
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Err(ApiError::InvalidRequest(
+            "request body must be a JSON object".to_owned(),
+        ));
+    }
     let deserializer = &mut serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut *deserializer).map_err(|e| {
         let path = e.path().to_string();

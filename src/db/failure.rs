@@ -1,0 +1,60 @@
+//! What a database error means for the request that met it: the one place that reads SQLSTATEs
+//! and sqlx's error kinds.
+
+/// The kinds of database error a request can meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection itself is gone: the server closed it, went away, or is shutting down.
+    ConnectionLost,
+    /// The server refuses more connections for now (SQLSTATE 53300).
+    Overloaded,
+    /// Not the request's fault and worth retrying: no connection in time, out of resources, a
+    /// serialization failure or deadlock.
+    Unavailable,
+    /// The statement itself failed: a bug or a broken invariant, not something a retry fixes.
+    Statement,
+}
+
+impl Failure {
+    pub fn of(error: &sqlx::Error) -> Self {
+        match error {
+            sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => {
+                Self::ConnectionLost
+            }
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+                Self::Unavailable
+            }
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                // Class 08: connection exception; 57P01-57P03: admin or crash shutdown, cannot
+                // connect now.
+                Some(code) if code.starts_with("08") || code.starts_with("57P") => {
+                    Self::ConnectionLost
+                }
+                Some("53300") => Self::Overloaded,
+                // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock):
+                // all say "try again", none says the request was wrong.
+                Some(code) if code.starts_with("53") || code == "40001" || code == "40P01" => {
+                    Self::Unavailable
+                }
+                _ => Self::Statement,
+            },
+            _ => Self::Statement,
+        }
+    }
+
+    /// Whether trying again later may succeed (answered 503, not 500).
+    pub fn is_transient(self) -> bool {
+        self != Self::Statement
+    }
+}
+
+/// Classifies an error that code running a statement has just seen, and acts on what it says about
+/// the pool: a lost connection means its siblings are likely dead too (a database restart closes
+/// them all), so for a while every pooled connection is checked before use.
+pub fn observe(error: &sqlx::Error) -> Failure {
+    let failure = Failure::of(error);
+    if failure == Failure::ConnectionLost {
+        super::pool::distrust_idle_connections();
+    }
+    failure
+}

@@ -1,0 +1,14 @@
+//! The database: the connection pool and when it trusts a connection ([`pool`]), what a database
+//! error means for the request that met it ([`failure`]), the request-scoped transaction a handler
+//! writes through ([`transaction`]), and the schema's migrations ([`migrate`]).
+//! The policy behind the pool is argued in `docs/design.md` ("The connection pool").
+
+pub mod failure;
+pub mod migrate;
+pub mod pool;
+pub mod transaction;
+
+pub use failure::{Failure, observe};
+pub use migrate::{MIGRATOR, migrate};
+pub use pool::{Pool, PoolUsage, PooledConnection, pool};
+pub use transaction::{OpenTransaction, RequestTransaction, Tx};

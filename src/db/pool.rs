@@ -1,0 +1,195 @@
+//! The connection pool, and when it trusts a connection (`docs/design.md`, "The connection pool").
+
+use std::{
+    pin::pin,
+    str::FromStr,
+    sync::{
+        LazyLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType};
+use sqlx::{Connection, PgConnection, postgres::PgConnectOptions};
+
+use super::Failure;
+
+/// The connection pool: deadpool over sqlx's connections rather than sqlx's own pool, which pings
+/// every connection it takes back. Waiters are served first come, first served, and a connection
+/// is checked before use only when [`Connector::recycle`] says so.
+#[derive(Clone)]
+pub struct Pool(managed::Pool<Connector>);
+
+/// What the [`Pool`] holds right now.
+pub struct PoolUsage {
+    pub in_use: usize,
+    pub idle: usize,
+    /// Requests waiting for a connection: the first sign that the pool is too small.
+    pub waiting: usize,
+}
+
+/// A connection checked out of the [`Pool`]; dropping it gives it back.
+pub type PooledConnection = managed::Object<Connector>;
+
+/// Builds the pool. Connections open on first use, so the server starts (and `/healthz` answers)
+/// while the database is down.
+pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
+    let connector = Connector {
+        options: connect_options(database_url)?,
+    };
+    let pool = managed::Pool::builder(connector)
+        .max_size(max_connections as usize)
+        // A request waiting longer than this for a connection gets 503 rather than hanging.
+        .wait_timeout(Some(ACQUIRE_TIMEOUT))
+        .create_timeout(Some(ACQUIRE_TIMEOUT))
+        .recycle_timeout(Some(ACQUIRE_TIMEOUT))
+        // The connection given back last goes out first: it is the one least likely to need a
+        // ping, and its backend process is the warmest.
+        .queue_mode(managed::QueueMode::Lifo)
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .context("cannot build the connection pool")?;
+    Ok(Pool(pool))
+}
+
+impl Pool {
+    pub async fn acquire(&self) -> Result<PooledConnection, sqlx::Error> {
+        self.0.get().await.map_err(|error| match error {
+            PoolError::Backend(error) => error,
+            PoolError::Timeout(TimeoutType::Wait | TimeoutType::Create | TimeoutType::Recycle) => {
+                sqlx::Error::PoolTimedOut
+            }
+            PoolError::Closed => sqlx::Error::PoolClosed,
+            other => sqlx::Error::Configuration(other.to_string().into()),
+        })
+    }
+
+    pub fn usage(&self) -> PoolUsage {
+        let status = self.0.status();
+        PoolUsage {
+            in_use: status.size - status.available,
+            idle: status.available,
+            waiting: status.waiting,
+        }
+    }
+
+    /// Closes the idle connections politely (the server sees a goodbye, not a dropped socket),
+    /// then stops handing out connections; any still in use close as they come back.
+    pub async fn close(&self) {
+        let idle = self.0.retain(|_, _| false);
+        self.0.close();
+        for connection in idle.removed {
+            let _ = connection.close().await;
+        }
+    }
+}
+
+fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
+    PgConnectOptions::from_str(database_url)
+        .context("DATABASE_URL is not a valid PostgreSQL connection string")
+}
+
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens connections for the [`Pool`] and decides which ones to check before reuse.
+pub struct Connector {
+    options: PgConnectOptions,
+}
+
+/// A connection this old is replaced rather than reused (as sqlx's pool does by default), so
+/// server-side memory a long-lived backend accumulates is returned now and then.
+const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+impl managed::Manager for Connector {
+    type Type = PgConnection;
+    type Error = sqlx::Error;
+
+    /// A database that refuses connections for a moment (restarting, at its connection limit) is
+    /// retried, as sqlx's own pool does, until the pool's create timeout: a request rides through a
+    /// short restart instead of failing at once. Any other error (bad password, no such database)
+    /// is final.
+    async fn create(&self) -> Result<PgConnection, sqlx::Error> {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            match PgConnection::connect_with(&self.options).await {
+                Err(error)
+                    if matches!(
+                        Failure::of(&error),
+                        Failure::ConnectionLost | Failure::Overloaded
+                    ) =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                connected => return connected,
+            }
+        }
+    }
+
+    /// Decides, at checkout, whether a pooled connection may be used; one that may not is closed
+    /// and the next one tried (or a new one opened). Replaced: one past its lifetime, one given
+    /// back with a statement unanswered ([`settled`]). Pinged first: one unused for a while, or any
+    /// while connections are known to be dying. A connection in steady use has just proved itself;
+    /// pinging each one would put a round trip in front of every request.
+    async fn recycle(
+        &self,
+        connection: &mut PgConnection,
+        metrics: &Metrics,
+    ) -> RecycleResult<sqlx::Error> {
+        if metrics.age() >= MAX_LIFETIME {
+            return Err(RecycleError::message("past its lifetime"));
+        }
+        if !settled(connection) {
+            return Err(RecycleError::message(
+                "given back with a statement still outstanding",
+            ));
+        }
+        if metrics.last_used() >= IDLE_BEFORE_PING || idle_connections_distrusted() {
+            connection.ping().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the connection has nothing outstanding: one given back while a statement was still out
+/// (its request was cancelled) would make its next user wait for an answer nobody wants. Polls
+/// sqlx's `flush` exactly once; why that is enough is in `docs/design.md` ("The connection pool").
+fn settled(connection: &mut PgConnection) -> bool {
+    let mut flush = pin!(connection.flush());
+    matches!(
+        flush.as_mut().poll(&mut Context::from_waker(Waker::noop())),
+        Poll::Ready(Ok(()))
+    )
+}
+
+/// How long since a connection was last handed out before it is pinged first.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
+/// How long after a statement failed on a lost connection every checkout pings first. A database
+/// restart or `pg_terminate_backend` closes every pooled connection at once; without this, each
+/// dead one would fail a request of its own before the pool replaced it.
+const DISTRUST_FOR: Duration = Duration::from_secs(5);
+
+/// When a statement last failed on a lost connection, in milliseconds after [`CLOCK_START`]
+/// (a monotonic clock: a wall-clock jump must not open or close the window); 0 means never.
+static CONNECTION_LOST_AT_MS: AtomicU64 = AtomicU64::new(0);
+static CLOCK_START: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn millis_since_start() -> u64 {
+    // +1 so that a loss in the very first millisecond is not mistaken for "never".
+    CLOCK_START.elapsed().as_millis() as u64 + 1
+}
+
+/// For a while, pooled connections are pinged before use, so the rest of the dead ones are replaced
+/// without failing a request each. Called by [`super::observe`] when a connection was lost.
+pub(super) fn distrust_idle_connections() {
+    CONNECTION_LOST_AT_MS.store(millis_since_start(), Ordering::Relaxed);
+}
+
+fn idle_connections_distrusted() -> bool {
+    let lost_at = CONNECTION_LOST_AT_MS.load(Ordering::Relaxed);
+    lost_at != 0 && millis_since_start().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
+}

@@ -1,0 +1,168 @@
+//! The transaction of one side-effecting request: the idempotency layer opens it, the handler writes
+//! through it (the [`Tx`] extractor), and the layer ends it, with the idempotency completion in the
+//! same message as the `COMMIT` (`docs/design.md`, "One transaction").
+
+use std::{
+    ops::{Deref, DerefMut},
+    sync::Arc,
+};
+
+use axum::{extract::FromRequestParts, http::request::Parts};
+use sqlx::{Executor, PgConnection};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use super::pool::{Pool, PooledConnection};
+use crate::error::ApiError;
+
+/// The transaction of one side-effecting request, shared between the layer that opens it (and
+/// later ends it) and the handler that writes through it.
+#[derive(Clone)]
+pub struct RequestTransaction(Arc<Mutex<Option<OpenTransaction>>>);
+
+impl RequestTransaction {
+    pub async fn begin(pool: &Pool) -> Result<Self, sqlx::Error> {
+        Self::begin_on(pool.acquire().await?).await
+    }
+
+    /// Begins on a connection the request already holds (the one its key was claimed on), so a
+    /// keyed request takes one connection from the pool, not two.
+    pub async fn begin_on(connection: PooledConnection) -> Result<Self, sqlx::Error> {
+        let transaction = OpenTransaction::begin(connection).await?;
+        Ok(Self(Arc::new(Mutex::new(Some(transaction)))))
+    }
+
+    /// Takes the transaction back after the handler returned, to complete and commit it; `None`
+    /// if a handler still holds it.
+    pub async fn take(&self) -> Option<OpenTransaction> {
+        self.0.lock().await.take()
+    }
+}
+
+/// A transaction on a pooled connection, begun and ended by plain `BEGIN`/`COMMIT` statements of
+/// our own rather than by `sqlx::Transaction`, whose commit is a round trip of its own:
+/// [`OpenTransaction::commit_after`] sends the last statements and the `COMMIT` as one message.
+///
+/// Dropped while open (a handler panicked, the request timed out), it rolls back before the
+/// connection goes back to the pool, as `sqlx::Transaction` does.
+pub struct OpenTransaction {
+    /// `None` once committed or rolled back.
+    connection: Option<PooledConnection>,
+}
+
+/// How a `COMMIT` that did not succeed ended.
+#[derive(Debug)]
+pub enum CommitError {
+    /// The server answered with an error: the transaction rolled back, nothing it wrote stays.
+    RolledBack(sqlx::Error),
+    /// The connection failed while the `COMMIT` was on its way or its answer was: whether it
+    /// committed is unknown (`docs/design.md`, "When the answer to a COMMIT is lost").
+    OutcomeUnknown(sqlx::Error),
+}
+
+impl OpenTransaction {
+    async fn begin(mut connection: PooledConnection) -> Result<Self, sqlx::Error> {
+        connection.execute("BEGIN").await?;
+        Ok(Self {
+            connection: Some(connection),
+        })
+    }
+
+    /// Runs `statements` (SQL text ending in `;`, every value already a safe literal) and then
+    /// commits, in one simple-query message: one round trip. PostgreSQL skips the rest of such a
+    /// message after the first error, so a failing statement never lets the `COMMIT` behind it run.
+    pub async fn commit_after(mut self, statements: String) -> Result<(), CommitError> {
+        let mut connection = self.connection.take().expect("open until consumed");
+        let mut message = statements;
+        message.push_str("COMMIT");
+        match connection.execute(message.as_str()).await {
+            Ok(_) => Ok(()),
+            Err(error) if super::observe(&error) == super::Failure::ConnectionLost => {
+                drop(PooledConnection::take(connection));
+                Err(CommitError::OutcomeUnknown(error))
+            }
+            Err(error) => {
+                Self::end(connection).await;
+                Err(CommitError::RolledBack(error))
+            }
+        }
+    }
+
+    pub async fn commit(self) -> Result<(), CommitError> {
+        self.commit_after(String::new()).await
+    }
+
+    pub async fn rollback(mut self) {
+        if let Some(connection) = self.connection.take() {
+            Self::end(connection).await;
+        }
+    }
+
+    /// Rolls back whatever is open (after a failed statement, PostgreSQL only accepts that) and
+    /// returns the connection to the pool, or closes it when even that fails.
+    async fn end(mut connection: PooledConnection) {
+        if connection.execute("ROLLBACK").await.is_err() {
+            drop(PooledConnection::take(connection));
+        }
+    }
+}
+
+impl Deref for OpenTransaction {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.connection.as_ref().expect("open until consumed")
+    }
+}
+
+impl DerefMut for OpenTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.connection.as_mut().expect("open until consumed")
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        let Some(connection) = self.connection.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(Self::end(connection));
+            }
+            // No runtime left to roll back on: never hand an open transaction to the pool.
+            Err(_) => drop(PooledConnection::take(connection)),
+        }
+    }
+}
+
+/// The request's transaction, as a handler extracts it. Whatever a handler writes through it
+/// commits together with the stored response, or not at all.
+pub struct Tx(OwnedMutexGuard<Option<OpenTransaction>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Tx {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let slot = parts
+            .extensions
+            .get::<RequestTransaction>()
+            .ok_or_else(|| ApiError::internal("route is not wrapped by the idempotency layer"))?;
+        let guard = slot.0.clone().lock_owned().await;
+        if guard.is_none() {
+            return Err(ApiError::internal("request transaction already taken"));
+        }
+        Ok(Self(guard))
+    }
+}
+
+impl Deref for Tx {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.0.as_deref().expect("checked when extracted")
+    }
+}
+
+impl DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.0.as_deref_mut().expect("checked when extracted")
+    }
+}

@@ -1,0 +1,231 @@
+//! The app served in this test process on a random port, and what tests ask of it.
+
+use std::time::Duration;
+
+use payments_api::{
+    config::{IdempotencySettings, Settings},
+    startup::Application,
+    sweeper::{self, SweepReport},
+};
+use reqwest::{Client, RequestBuilder};
+use sqlx::{PgPool, postgres::PgPoolOptions};
+
+use super::{DEMO_MERCHANT, DEMO_TOKEN, OTHER_MERCHANT, OTHER_TOKEN, SEED_BODY, fresh_database};
+
+pub fn test_settings(database_url: &str) -> Settings {
+    Settings {
+        database_url: database_url.to_owned(),
+        db_max_connections: 10,
+        bind_addr: "127.0.0.1:0".parse().unwrap(),
+        idempotency: IdempotencySettings {
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(86_400),
+            key_required: false,
+        },
+        request_timeout: Duration::from_secs(25),
+        max_body_bytes: 65_536,
+        sweep_interval: Duration::from_secs(10),
+        bootstrap_api_keys: vec![
+            (DEMO_TOKEN.to_owned(), DEMO_MERCHANT.to_owned()),
+            (OTHER_TOKEN.to_owned(), OTHER_MERCHANT.to_owned()),
+        ],
+    }
+}
+
+/// Builds the app and serves it in the background; returns its base URL.
+pub async fn serve(settings: Settings) -> String {
+    // Quiet by default; TEST_LOG=1 shows the server's log lines.
+    if std::env::var_os("TEST_LOG").is_some() {
+        // Kept for the whole test process: the first app to start installs the subscriber.
+        std::mem::forget(payments_api::telemetry::init(
+            payments_api::config::LogFormat::Pretty,
+        ));
+    }
+    let app = Application::build(&settings).await.expect("build the app");
+    let address = format!("http://{}", app.local_addr());
+    tokio::spawn(app.run_until_stopped());
+    address
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub database_url: String,
+    /// A pool of the test's own, to inspect and manipulate the database directly.
+    pub db: PgPool,
+    pub client: Client,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Spawns the app with settings adjusted by `configure`, on its own fresh database.
+    pub async fn spawn_with(configure: impl FnOnce(&mut Settings)) -> Self {
+        let database_url = fresh_database().await;
+        Self::spawn_on(&database_url, configure).await
+    }
+
+    /// Spawns another app on an existing database (a second replica, or a restart).
+    pub async fn spawn_on(database_url: &str, configure: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = test_settings(database_url);
+        configure(&mut settings);
+        let address = serve(settings).await;
+        let db = PgPoolOptions::new()
+            .max_connections(5)
+            .connect(database_url)
+            .await
+            .expect("test pool");
+        Self {
+            address,
+            database_url: database_url.to_owned(),
+            db,
+            client: Client::new(),
+        }
+    }
+
+    /// One round of the sweepers, as a replica runs it, on a connection of the test's own.
+    pub async fn sweep(&self) -> Result<SweepReport, sqlx::Error> {
+        let mut connection = self.db.acquire().await.expect("test connection");
+        sweeper::sweep_once(&mut connection).await
+    }
+
+    /// POST /v1/payment_intents as curl's `-d` sends it (form Content-Type), like the README's
+    /// transcript.
+    pub async fn create_intent(&self, token: &str, key: Option<&str>, body: &str) -> Answer {
+        let request = self
+            .client
+            .post(format!("{}/v1/payment_intents", self.address))
+            .bearer_auth(token)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_owned());
+        Answer::send(with_key(request, key)).await
+    }
+
+    /// POST /v1/payment_intents/{id}/cancel, with an Idempotency-Key if given.
+    pub async fn cancel(&self, token: &str, id: &str, key: Option<&str>) -> Answer {
+        let request = self
+            .client
+            .post(format!("{}/v1/payment_intents/{id}/cancel", self.address))
+            .bearer_auth(token);
+        Answer::send(with_key(request, key)).await
+    }
+
+    /// GET /v1/payment_intents?{query}.
+    pub async fn list(&self, token: &str, query: &str) -> Answer {
+        let url = format!("{}/v1/payment_intents?{query}", self.address);
+        Answer::send(self.client.get(url).bearer_auth(token)).await
+    }
+
+    /// GET /v1/payment_intents/{id}.
+    pub async fn get_intent(&self, token: &str, id: &str) -> Answer {
+        let url = format!("{}/v1/payment_intents/{id}", self.address);
+        Answer::send(self.client.get(url).bearer_auth(token)).await
+    }
+
+    /// An unauthenticated GET (health, metrics, the OpenAPI document, unknown routes).
+    pub async fn get(&self, path: &str) -> Answer {
+        Answer::send(self.client.get(format!("{}{path}", self.address))).await
+    }
+
+    pub async fn intent_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM payment_intents")
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    pub async fn key_record(&self, scope: &str, key: &str) -> Option<KeyRecord> {
+        sqlx::query_as(
+            "SELECT state, attempt, response_status FROM idempotency_keys WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_optional(&self.db)
+        .await
+        .unwrap()
+    }
+
+    /// Polls the database until `condition` (a boolean SQL expression) holds: awaiting a state,
+    /// not sleeping for a guessed time. Panics after 30 s.
+    pub async fn wait_until(&self, what: &str, condition_sql: &str) {
+        let query = format!("SELECT ({condition_sql}) IS TRUE");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let holds: bool = sqlx::query_scalar(&query)
+                .fetch_one(&self.db)
+                .await
+                .unwrap();
+            if holds {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting until {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn with_key(request: RequestBuilder, key: Option<&str>) -> RequestBuilder {
+    match key {
+        Some(key) => request.header("idempotency-key", key),
+        None => request,
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub struct KeyRecord {
+    pub state: String,
+    pub attempt: i32,
+    pub response_status: Option<i16>,
+}
+
+/// Status, the headers that matter, and the raw body of a response.
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    /// Sends `request` and reads its whole answer.
+    pub async fn send(request: RequestBuilder) -> Self {
+        Self::of(request.send().await.expect("request sent")).await
+    }
+
+    pub async fn of(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.text().await.expect("body");
+        Self {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).expect("JSON body")
+    }
+}
+
+/// POSTs the seed body under `key` to `address` in the background (a request that will stall).
+pub fn spawn_create(address: &str, key: &str) -> tokio::task::JoinHandle<reqwest::Result<Answer>> {
+    let (url, key) = (format!("{address}/v1/payment_intents"), key.to_owned());
+    tokio::spawn(async move {
+        let response = Client::new()
+            .post(url)
+            .bearer_auth(DEMO_TOKEN)
+            .header("idempotency-key", key)
+            .body(SEED_BODY)
+            .send()
+            .await?;
+        Ok(Answer::of(response).await)
+    })
+}
