@@ -1,5 +1,6 @@
-//! Settings of the `payments-api` binary: every one is an environment variable (`docs/api.md`, "Configuration"), mirrored
-//! by a flag of the same meaning so `payments-api --help` documents them all.
+//! Settings of the `payments-api` binary: every one is an environment variable (README,
+//! "Configuration"), mirrored by a flag of the same meaning so `payments-api --help` documents
+//! them all.
 
 use std::{net::SocketAddr, time::Duration};
 

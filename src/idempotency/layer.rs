@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     config::IdempotencySettings,
-    db::{Pool, PooledConnection, RequestTransaction, transaction::CommitError},
+    db::{OpenTransaction, Pool, PooledConnection, RequestTransaction, transaction::CommitError},
     error::ApiError,
 };
 
@@ -99,34 +99,19 @@ async fn handle_post(
     request: Request,
     next: Next,
 ) -> (Response, IdempotencyOutcome) {
-    let answer = |response, kind, attempt| (response, IdempotencyOutcome { kind, attempt });
     let admitted = match admit(state, request).await {
         Ok(admitted) => admitted,
-        Err(error) => return answer(error.into_response(), OutcomeKind::Rejected, None),
+        Err(error) => return outcome(error.into_response(), OutcomeKind::Rejected, None),
     };
     let Some(key) = admitted.key else {
         let (response, ending) = execute(state, admitted.request, next, None).await;
-        return answer(response, ending.or(OutcomeKind::Unkeyed), None);
+        return outcome(response, ending.or(OutcomeKind::Unkeyed), None);
     };
-
-    // The claim and, when it wins, the handler's transaction share one connection.
-    let claimed = async {
-        let mut connection = state.pool.acquire().await?;
-        let claim = store::claim(
-            &mut connection,
-            &admitted.scope,
-            &key,
-            &admitted.fingerprint,
-            state.settings.lease,
-            state.settings.retention,
-        )
-        .await?;
-        Ok::<_, sqlx::Error>((claim, connection))
-    };
-    let (claim, connection) = match claimed.await {
+    let (scope, fingerprint) = (admitted.scope, admitted.fingerprint);
+    let (claim, connection) = match claim(state, &scope, &key, &fingerprint).await {
         Ok(claimed) => claimed,
         Err(e) => {
-            return answer(
+            return outcome(
                 ApiError::from(e).into_response(),
                 OutcomeKind::Rejected,
                 None,
@@ -134,41 +119,65 @@ async fn handle_post(
         }
     };
     let (attempt, kind) = match claim {
+        Claim::Fresh { attempt } => (attempt, OutcomeKind::Fresh),
+        Claim::Takeover { attempt } => (attempt, OutcomeKind::Takeover),
         Claim::Replay { attempt, response } => {
-            let mut replayed = response.into_response();
-            replayed
-                .headers_mut()
-                .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-            return answer(replayed, OutcomeKind::Replay, Some(attempt));
+            return outcome(replayed(response), OutcomeKind::Replay, Some(attempt));
         }
         Claim::InFlight => {
             // The other attempt usually finishes within milliseconds; a retry in a second is the
             // useful hint, and the client's backoff covers a crashed attempt until its lease ends.
+            let key = key.to_string();
             let error = ApiError::IdempotencyKeyInFlight {
-                key: key.to_string(),
+                key,
                 retry_after_seconds: 1,
             };
-            return answer(error.into_response(), OutcomeKind::InFlight, None);
+            return outcome(error.into_response(), OutcomeKind::InFlight, None);
         }
         Claim::Mismatch { stored } => {
-            let error = ApiError::IdempotencyKeyReused {
-                key: key.to_string(),
-                stored: stored.short(),
-                got: admitted.fingerprint.short(),
-            };
-            return answer(error.into_response(), OutcomeKind::Mismatch, None);
+            let (key, stored, got) = (key.to_string(), stored.short(), fingerprint.short());
+            let error = ApiError::IdempotencyKeyReused { key, stored, got };
+            return outcome(error.into_response(), OutcomeKind::Mismatch, None);
         }
-        Claim::Fresh { attempt } => (attempt, OutcomeKind::Fresh),
-        Claim::Takeover { attempt } => (attempt, OutcomeKind::Takeover),
     };
     let lease = Lease {
-        scope: admitted.scope,
+        scope,
         key,
         attempt,
     };
     let (response, ending) =
         execute(state, admitted.request, next, Some((lease, connection))).await;
-    answer(response, ending.or(kind), Some(attempt))
+    outcome(response, ending.or(kind), Some(attempt))
+}
+
+fn outcome(
+    response: Response,
+    kind: OutcomeKind,
+    attempt: Option<i32>,
+) -> (Response, IdempotencyOutcome) {
+    (response, IdempotencyOutcome { kind, attempt })
+}
+
+/// Claims the key on a pooled connection, which the handler's transaction then begins on when the
+/// claim wins: a keyed request takes one connection, not two.
+async fn claim(
+    state: &IdempotencyState,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    fingerprint: &Fingerprint,
+) -> Result<(Claim, PooledConnection), sqlx::Error> {
+    let mut connection = state.pool.acquire().await?;
+    let (lease, retention) = (state.settings.lease, state.settings.retention);
+    let claim = store::claim(&mut connection, scope, key, fingerprint, lease, retention).await?;
+    Ok((claim, connection))
+}
+
+fn replayed(stored: StoredResponse) -> Response {
+    let mut response = stored.into_response();
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
 }
 
 /// A POST the layer accepted to run or to claim: its body read whole, its key parsed.
@@ -307,18 +316,37 @@ async fn run_in_transaction(
         tx.rollback().await;
         return abort(state, lease, response).await;
     }
-    let Some(lease) = lease else {
-        return match tx.commit().await {
-            Ok(()) => (response, Ending::Committed),
-            Err(CommitError::RolledBack(e)) => {
-                abort(state, None, ApiError::from(e).into_response()).await
-            }
-            Err(CommitError::OutcomeUnknown(cause)) => {
-                let error = ApiError::CommitOutcomeUnknown { key: None, cause };
-                (error.into_response(), Ending::CommitUnknown)
-            }
-        };
-    };
+    match lease {
+        Some(lease) => complete(state, tx, lease, response).await,
+        None => commit(state, tx, response).await,
+    }
+}
+
+/// Commits an unkeyed request's transaction.
+async fn commit(
+    state: &IdempotencyState,
+    tx: OpenTransaction,
+    response: Response,
+) -> (Response, Ending) {
+    match tx.commit().await {
+        Ok(()) => (response, Ending::Committed),
+        Err(CommitError::RolledBack(e)) => {
+            abort(state, None, ApiError::from(e).into_response()).await
+        }
+        Err(CommitError::OutcomeUnknown(cause)) => {
+            let error = ApiError::CommitOutcomeUnknown { key: None, cause };
+            (error.into_response(), Ending::CommitUnknown)
+        }
+    }
+}
+
+/// Stores a keyed request's answer and commits it with the handler's writes.
+async fn complete(
+    state: &IdempotencyState,
+    tx: OpenTransaction,
+    lease: &Lease,
+    response: Response,
+) -> (Response, Ending) {
     let stored = match StoredResponse::capture(response).await {
         Ok(stored) => stored,
         Err(error) => {
