@@ -63,7 +63,9 @@ pub enum ApiError {
         #[source]
         cause: sqlx::Error,
     },
-    #[error("the request did not finish within {seconds} s; retry with the same Idempotency-Key")]
+    #[error(
+        "the request did not finish within {seconds} s; whether it was applied is unknown: retry with the same Idempotency-Key to learn the outcome"
+    )]
     Timeout { seconds: u64 },
     /// The client did not send its whole body within the request timeout.
     #[error("the request body did not arrive within {seconds} s")]
@@ -170,6 +172,9 @@ impl ApiError {
             Self::Internal(_) => "an internal error occurred; it has been logged".to_owned(),
             _ if self.is_database_bug() => {
                 "an internal error occurred; nothing was committed, the request may be retried".to_owned()
+            }
+            Self::Database(e) if Failure::of(e) == Failure::NotMigrated => {
+                "the database is not migrated: apply the migrations (payments-api migrate); nothing was committed".to_owned()
             }
             Self::Database(_) => {
                 "the database is unavailable; nothing was committed, retry with the same Idempotency-Key".to_owned()

@@ -7,7 +7,7 @@
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
-//! - [`error`], [`extract`], [`db`], [`config`]: the shared base every capability uses
+//! - [`error`], [`extract`], [`deadline`], [`db`], [`config`]: the shared base every capability uses
 //! - [`telemetry`], [`startup`]: running it
 //!
 //! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod config;
 pub mod db;
+pub mod deadline;
 pub mod error;
 pub mod extract;
 pub mod http;

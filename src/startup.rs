@@ -55,12 +55,31 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
         let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
+        let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
+        tokio::spawn(report_database(self.pool.clone()));
         serve(self.listener, self.router, self.request_timeout).await;
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
+        keeper.abort();
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// How often idle pooled connections are checked for a network that silently dropped them.
+const KEEP_CHECKED_EVERY: Duration = Duration::from_secs(5);
+
+/// Says at start what stands between this server and serving: an unreachable database (with the
+/// real cause) or missing migrations (with what to run). Requests get 503 with the same reason.
+async fn report_database(pool: db::Pool) {
+    match async { db::migrate::pending(&mut *pool.acquire().await?).await }.await {
+        Ok(0) => {}
+        Ok(pending) => tracing::error!("{}", db::migrate::advice(pending)),
+        Err(e) => tracing::error!(
+            error = %e,
+            "cannot reach the database; requests get 503 until it answers"
+        ),
     }
 }
 

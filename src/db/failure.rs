@@ -11,6 +11,8 @@ pub enum Failure {
     /// Not the request's fault and worth retrying: no connection in time, out of resources, a
     /// serialization failure or deadlock.
     Unavailable,
+    /// The schema is behind this binary: a table, column or function it uses does not exist.
+    NotMigrated,
     /// The statement itself failed: a bug or a broken invariant, not something a retry fixes.
     Statement,
 }
@@ -31,6 +33,8 @@ impl Failure {
                     Self::ConnectionLost
                 }
                 Some("53300") => Self::Overloaded,
+                // Undefined table, column, function.
+                Some("42P01" | "42703" | "42883") => Self::NotMigrated,
                 // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock):
                 // all say "try again", none says the request was wrong.
                 Some(code) if code.starts_with("53") || code == "40001" || code == "40P01" => {

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use sqlx::{
-    Postgres,
+    PgConnection, Postgres,
     migrate::{MigrateDatabase, Migrator},
     postgres::PgPoolOptions,
 };
@@ -28,4 +28,28 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     MIGRATOR.run(&pool).await.context("migrations failed")?;
     pool.close().await;
     Ok(())
+}
+
+/// How many of this binary's migrations the database has not applied (all of them when it has
+/// never been migrated).
+pub async fn pending(conn: &mut PgConnection) -> Result<usize, sqlx::Error> {
+    let applied = sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(conn)
+        .await;
+    let applied = match applied {
+        Ok(applied) => applied,
+        Err(e) if super::Failure::of(&e) == super::Failure::NotMigrated => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .count())
+}
+
+/// What an operator must do about `pending` migrations.
+pub fn advice(pending: usize) -> String {
+    format!(
+        "{pending} migration(s) not applied: run `payments-api migrate` (or start with `payments-api serve --migrate`)"
+    )
 }

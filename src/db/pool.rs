@@ -12,7 +12,10 @@ use std::{
 };
 
 use anyhow::Context as _;
-use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType};
+use backon::{ExponentialBuilder, Retryable};
+use deadpool::managed::{
+    self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType, Timeouts,
+};
 use sqlx::{Connection, PgConnection, postgres::PgConnectOptions};
 
 use super::Failure;
@@ -44,7 +47,7 @@ pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
         .max_size(max_connections as usize)
         // A request waiting longer than this for a connection gets 503 rather than hanging.
         .wait_timeout(Some(ACQUIRE_TIMEOUT))
-        .create_timeout(Some(ACQUIRE_TIMEOUT))
+        // Opening a connection keeps its own time, so it can say why it failed.
         .recycle_timeout(Some(ACQUIRE_TIMEOUT))
         // The connection given back last goes out first: it is the one least likely to need a
         // ping, and its backend process is the warmest.
@@ -76,6 +79,31 @@ impl Pool {
         }
     }
 
+    /// Checks the idle connections every `every`, as TCP keepalive would, so that a connection the
+    /// network silently dropped is found by this task rather than by a request: each one unused
+    /// for a while is pinged ([`Connector::recycle`]), and one that does not answer in time gets
+    /// every connection opened before it replaced. Never opens a connection, never waits for one.
+    pub async fn keep_checked(self, every: Duration) {
+        let only_idle = Timeouts {
+            wait: Some(Duration::ZERO),
+            create: Some(Duration::ZERO),
+            recycle: Some(PING_TIMEOUT * 2),
+        };
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let idle = self.0.status().available;
+            let mut checked = Vec::with_capacity(idle);
+            for _ in 0..idle {
+                match self.0.timeout_get(&only_idle).await {
+                    Ok(connection) => checked.push(connection),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
     /// Closes the idle connections politely (the server sees a goodbye, not a dropped socket),
     /// then stops handing out connections; any still in use close as they come back.
     pub async fn close(&self) {
@@ -94,6 +122,10 @@ fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
 
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a ping may take before its connection is taken for dead: far above a round trip on
+/// any network a database should be reached over.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Opens connections for the [`Pool`] and decides which ones to check before reuse.
 pub struct Connector {
     options: PgConnectOptions,
@@ -108,23 +140,38 @@ impl managed::Manager for Connector {
     type Error = sqlx::Error;
 
     /// A database that refuses connections for a moment (restarting, at its connection limit) is
-    /// retried, as sqlx's own pool does, until the pool's create timeout: a request rides through a
-    /// short restart instead of failing at once. Any other error (bad password, no such database)
-    /// is final.
+    /// retried until the acquire timeout: a request rides through a short restart instead of
+    /// failing at once. Any other error (bad password, no such database) is final. A timeout says
+    /// what the last try met, so an operator reads "connection refused", not "timed out".
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
-        let mut backoff = Duration::from_millis(10);
-        loop {
-            match PgConnection::connect_with(&self.options).await {
-                Err(error)
-                    if matches!(
-                        Failure::of(&error),
-                        Failure::ConnectionLost | Failure::Overloaded
-                    ) =>
-                {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
-                connected => return connected,
+        let last_error = std::sync::Mutex::new(None::<String>);
+        let connect = || PgConnection::connect_with(&self.options);
+        let retried = connect
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(10))
+                    .with_max_delay(Duration::from_secs(1))
+                    .without_max_times(),
+            )
+            .when(|e| {
+                matches!(
+                    Failure::of(e),
+                    Failure::ConnectionLost | Failure::Overloaded
+                )
+            })
+            .notify(|e, _| *last_error.lock().expect("not poisoned") = Some(e.to_string()));
+        match tokio::time::timeout(ACQUIRE_TIMEOUT, retried).await {
+            Ok(connected) => connected,
+            Err(_) => {
+                let last = last_error.lock().expect("not poisoned").take();
+                let reason = last.unwrap_or_else(|| "the database did not answer".to_owned());
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "cannot connect within {} s: {reason}",
+                        ACQUIRE_TIMEOUT.as_secs()
+                    ),
+                )))
             }
         }
     }
@@ -142,13 +189,25 @@ impl managed::Manager for Connector {
         if metrics.age() >= MAX_LIFETIME {
             return Err(RecycleError::message("past its lifetime"));
         }
+        if opened_before_silence(metrics) {
+            return Err(RecycleError::message(
+                "opened before a connection went silent",
+            ));
+        }
         if !settled(connection) {
             return Err(RecycleError::message(
                 "given back with a statement still outstanding",
             ));
         }
         if metrics.last_used() >= IDLE_BEFORE_PING || idle_connections_distrusted() {
-            connection.ping().await?;
+            match tokio::time::timeout(PING_TIMEOUT, connection.ping()).await {
+                Ok(answered) => answered?,
+                Err(_) => {
+                    // A network that drops one connection silently usually dropped its siblings.
+                    replace_connections_opened_until_now();
+                    return Err(RecycleError::message("did not answer a ping in time"));
+                }
+            }
         }
         Ok(())
     }
@@ -157,7 +216,7 @@ impl managed::Manager for Connector {
 /// Whether the connection has nothing outstanding: one given back while a statement was still out
 /// (its request was cancelled) would make its next user wait for an answer nobody wants. Polls
 /// sqlx's `flush` exactly once; why that is enough is in `docs/design.md` ("The connection pool").
-fn settled(connection: &mut PgConnection) -> bool {
+pub(super) fn settled(connection: &mut PgConnection) -> bool {
     let mut flush = pin!(connection.flush());
     matches!(
         flush.as_mut().poll(&mut Context::from_waker(Waker::noop())),
@@ -192,4 +251,21 @@ pub(super) fn distrust_idle_connections() {
 fn idle_connections_distrusted() -> bool {
     let lost_at = CONNECTION_LOST_AT_MS.load(Ordering::Relaxed);
     lost_at != 0 && millis_since_start().saturating_sub(lost_at) < DISTRUST_FOR.as_millis() as u64
+}
+
+/// Connections opened at or before this instant (milliseconds after [`CLOCK_START`]) are replaced
+/// rather than reused; 0 means none.
+static SILENT_SINCE_MS: AtomicU64 = AtomicU64::new(0);
+
+fn replace_connections_opened_until_now() {
+    SILENT_SINCE_MS.store(millis_since_start(), Ordering::Relaxed);
+}
+
+fn opened_before_silence(metrics: &Metrics) -> bool {
+    let silent_since = SILENT_SINCE_MS.load(Ordering::Relaxed);
+    let opened = metrics
+        .created
+        .checked_duration_since(*CLOCK_START)
+        .map_or(0, |since| since.as_millis() as u64 + 1);
+    silent_since != 0 && opened <= silent_since
 }

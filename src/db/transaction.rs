@@ -5,13 +5,14 @@
 use std::{
     ops::{Deref, DerefMut},
     sync::Arc,
+    time::Duration,
 };
 
 use axum::{extract::FromRequestParts, http::request::Parts};
 use sqlx::{Executor, PgConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::pool::{Pool, PooledConnection};
+use super::pool::{Pool, PooledConnection, settled};
 use crate::error::ApiError;
 
 /// The transaction of one side-effecting request, shared between the layer that opens it (and
@@ -48,6 +49,9 @@ pub struct OpenTransaction {
     /// `None` once committed or rolled back.
     connection: Option<PooledConnection>,
 }
+
+/// How long a `ROLLBACK` may take before its connection is closed instead (which rolls back too).
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How a `COMMIT` that did not succeed ended.
 #[derive(Debug)]
@@ -98,9 +102,16 @@ impl OpenTransaction {
     }
 
     /// Rolls back whatever is open (after a failed statement, PostgreSQL only accepts that) and
-    /// returns the connection to the pool, or closes it when even that fails.
+    /// returns the connection to the pool, or closes it when even that fails or takes too long.
+    /// A connection still waiting for an answer (the deadline cut a statement short) is closed
+    /// at once: a `ROLLBACK` sent into a silent network would hold its pool slot for as long.
     async fn end(mut connection: PooledConnection) {
-        if connection.execute("ROLLBACK").await.is_err() {
+        if !settled(&mut connection) {
+            drop(PooledConnection::take(connection));
+            return;
+        }
+        let rolled_back = tokio::time::timeout(ROLLBACK_TIMEOUT, connection.execute("ROLLBACK"));
+        if !matches!(rolled_back.await, Ok(Ok(_))) {
             drop(PooledConnection::take(connection));
         }
     }

@@ -6,7 +6,7 @@ use axum::{Json, extract::State, response::IntoResponse};
 use serde_json::json;
 
 use crate::{
-    db::{MIGRATOR, Pool},
+    db::{self, Pool},
     error::{ApiError, ErrorBody},
 };
 
@@ -28,25 +28,17 @@ pub async fn healthz() -> impl IntoResponse {
 )]
 pub async fn readyz(State(pool): State<Pool>) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
-    let applied = tokio::time::timeout(Duration::from_secs(2), async {
-        sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(&mut *pool.acquire().await?)
-            .await
+    let pending = tokio::time::timeout(Duration::from_secs(2), async {
+        db::migrate::pending(&mut *pool.acquire().await?).await
     })
     .await
     .map_err(|_| ApiError::Unready("the database did not answer within 2 s".to_owned()))?
     .map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");
-        ApiError::Unready("the database is unreachable or not migrated".to_owned())
+        ApiError::Unready("the database is unreachable".to_owned())
     })?;
-    let missing = MIGRATOR
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-        .count();
-    if missing > 0 {
-        return Err(ApiError::Unready(format!(
-            "{missing} migration(s) not applied yet"
-        )));
+    if pending > 0 {
+        return Err(ApiError::Unready(db::migrate::advice(pending)));
     }
     Ok(Json(json!({"status": "ready"})))
 }

@@ -19,6 +19,7 @@ use crate::{
     auth,
     config::Settings,
     db::Pool,
+    deadline,
     error::ApiError,
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents,
@@ -34,14 +35,18 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
     };
-    // route_layer: later layers wrap earlier ones, so authentication runs before the idempotency
-    // layer ever reads a key.
+    // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
+    // authentication runs before the idempotency layer ever reads a key.
     let api = intents::router()
         .merge(idempotency::router())
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(
             auth::Authenticator::new(pool.clone()),
             auth::require_merchant,
+        ))
+        .route_layer(from_fn_with_state(
+            settings.request_timeout,
+            deadline::enforce,
         ));
 
     let operations = Router::new()

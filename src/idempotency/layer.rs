@@ -11,13 +11,17 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
+use backon::{ExponentialBuilder, Retryable};
+use tokio::time::Instant;
+
 use super::{
     Fingerprint, IdempotencyKey, Scope, StoredResponse,
-    store::{self, Claim, Incomplete, Lease},
+    store::{self, Claim, Incomplete, Lease, LeaseToken},
 };
 use crate::{
     config::IdempotencySettings,
     db::{OpenTransaction, Pool, PooledConnection, RequestTransaction, transaction::CommitError},
+    deadline::Deadline,
     error::ApiError,
 };
 
@@ -103,12 +107,13 @@ async fn handle_post(
         Ok(admitted) => admitted,
         Err(error) => return outcome(error.into_response(), OutcomeKind::Rejected, None),
     };
+    let deadline = admitted.deadline;
     let Some(key) = admitted.key else {
-        let (response, ending) = execute(state, admitted.request, next, None).await;
+        let (response, ending) = execute(state, admitted.request, next, None, deadline).await;
         return outcome(response, ending.or(OutcomeKind::Unkeyed), None);
     };
     let (scope, fingerprint) = (admitted.scope, admitted.fingerprint);
-    let (claim, connection) = match claim(state, &scope, &key, &fingerprint).await {
+    let (claim, connection, token) = match claim(state, &scope, &key, &fingerprint).await {
         Ok(claimed) => claimed,
         Err(e) => {
             return outcome(
@@ -144,9 +149,10 @@ async fn handle_post(
         scope,
         key,
         attempt,
+        token,
     };
-    let (response, ending) =
-        execute(state, admitted.request, next, Some((lease, connection))).await;
+    let claimed = Some((lease, connection));
+    let (response, ending) = execute(state, admitted.request, next, claimed, deadline).await;
     outcome(response, ending.or(kind), Some(attempt))
 }
 
@@ -165,11 +171,58 @@ async fn claim(
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
-) -> Result<(Claim, PooledConnection), sqlx::Error> {
+) -> Result<(Claim, PooledConnection, LeaseToken), sqlx::Error> {
     let mut connection = state.pool.acquire().await?;
+    let mut pending = PendingClaim {
+        pool: state.pool.clone(),
+        scope: scope.clone(),
+        key: key.clone(),
+        token: LeaseToken::generate(),
+        answered: false,
+    };
     let (lease, retention) = (state.settings.lease, state.settings.retention);
-    let claim = store::claim(&mut connection, scope, key, fingerprint, lease, retention).await?;
-    Ok((claim, connection))
+    let claim = store::claim(
+        &mut connection,
+        scope,
+        key,
+        fingerprint,
+        pending.token,
+        lease,
+        retention,
+    )
+    .await?;
+    pending.answered = true;
+    Ok((claim, connection, pending.token))
+}
+
+/// A claim sent whose answer has not arrived. Dropped unanswered (its connection failed, or the
+/// deadline cut the request short), it ends the lease the claim may have taken, by its token:
+/// nothing will run under it, and the retry should not wait out the lease.
+struct PendingClaim {
+    pool: Pool,
+    scope: Scope,
+    key: IdempotencyKey,
+    token: LeaseToken,
+    answered: bool,
+}
+
+impl Drop for PendingClaim {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let (pool, scope, key, token) = (
+            self.pool.clone(),
+            self.scope.clone(),
+            self.key.clone(),
+            self.token,
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                release(&pool, &scope, &key, token, Instant::now() + RELEASE_GRACE).await;
+            });
+        }
+    }
 }
 
 fn replayed(stored: StoredResponse) -> Response {
@@ -186,6 +239,7 @@ struct Admitted {
     scope: Scope,
     key: Option<IdempotencyKey>,
     fingerprint: Fingerprint,
+    deadline: Instant,
 }
 
 /// Checks what the layer needs before anything is claimed: a well-formed key (or none, where none
@@ -200,15 +254,17 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
         .get::<Scope>()
         .cloned()
         .ok_or_else(|| ApiError::internal("idempotency layer mounted without authentication"))?;
-    // A client that trickles its body must not hold the request open past the request timeout.
-    let (request, body) = tokio::time::timeout(
-        state.request_timeout,
-        buffer_body(request, state.max_body_bytes),
-    )
-    .await
-    .map_err(|_| ApiError::BodyTimeout {
-        seconds: state.request_timeout.as_secs(),
-    })??;
+    let deadline = request
+        .extensions()
+        .get::<Deadline>()
+        .map_or_else(|| Instant::now() + state.request_timeout, |d| d.0);
+    // A client that trickles its body must not hold the request open past its deadline.
+    let (request, body) =
+        tokio::time::timeout_at(deadline, buffer_body(request, state.max_body_bytes))
+            .await
+            .map_err(|_| ApiError::BodyTimeout {
+                seconds: state.request_timeout.as_secs(),
+            })??;
     let target = request
         .extensions()
         .get::<OriginalUri>()
@@ -222,6 +278,7 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
         scope,
         key,
         fingerprint,
+        deadline,
     })
 }
 
@@ -251,30 +308,32 @@ impl Ending {
 
 /// Runs the handler in a request-scoped transaction and, for a claimed key, stores its response in
 /// that same transaction. It runs as its own task so a client that hangs up does not abort a claimed
-/// execution half-way: the work still completes and the client's retry gets the replay. The request
-/// timeout applies inside the task, and it is shorter than the lease.
+/// execution half-way: the work still completes and the client's retry gets the replay. It stops at
+/// the request's deadline, which comes before the lease ends.
 async fn execute(
     state: &IdempotencyState,
     request: Request,
     next: Next,
     lease: Option<(Lease, PooledConnection)>,
+    deadline: Instant,
 ) -> (Response, Ending) {
-    let timeout = state.request_timeout;
     let held = lease.as_ref().map(|(lease, _)| lease.clone());
     let task = tokio::spawn({
-        let state = state.clone();
+        let (state, held) = (state.clone(), held.clone());
         async move {
-            let run = run_in_transaction(&state, request, next, lease);
-            match tokio::time::timeout(timeout, run).await {
+            let run = run_in_transaction(&state, request, next, lease, deadline);
+            match tokio::time::timeout_at(deadline, run).await {
                 Ok(ran) => ran,
                 // Dropping the transaction rolled it back, unless its COMMIT was already on its
-                // way; so the lease stays, as after a crash.
+                // way: the answer says the outcome is unknown. Ending the lease is safe either way
+                // (`docs/design.md`, "Deadlines").
                 Err(_) => {
-                    let seconds = timeout.as_secs();
-                    (
-                        ApiError::Timeout { seconds }.into_response(),
-                        Ending::TimedOut,
-                    )
+                    if let Some(lease) = &held {
+                        release_lease(&state.pool, lease, Instant::now() + RELEASE_GRACE).await;
+                    }
+                    let seconds = state.request_timeout.as_secs();
+                    let error = ApiError::Timeout { seconds };
+                    (error.into_response(), Ending::TimedOut)
                 }
             }
         }
@@ -285,7 +344,7 @@ async fn execute(
         // written.
         Err(join_error) => {
             let error = ApiError::internal(&format!("request task failed: {join_error}"));
-            abort(state, held.as_ref(), error.into_response()).await
+            abort(state, held.as_ref(), deadline, error.into_response()).await
         }
     }
 }
@@ -295,6 +354,7 @@ async fn run_in_transaction(
     mut request: Request,
     next: Next,
     lease: Option<(Lease, PooledConnection)>,
+    deadline: Instant,
 ) -> (Response, Ending) {
     let (lease, begun) = match lease {
         Some((lease, connection)) => (Some(lease), RequestTransaction::begin_on(connection).await),
@@ -303,36 +363,30 @@ async fn run_in_transaction(
     let lease = lease.as_ref();
     let slot = match begun {
         Ok(slot) => slot,
-        Err(e) => return abort(state, lease, ApiError::from(e).into_response()).await,
+        Err(e) => return abort(state, lease, deadline, ApiError::from(e).into_response()).await,
     };
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     let Some(tx) = slot.take().await else {
         let error = ApiError::internal("the handler kept the request transaction");
-        return abort(state, lease, error.into_response()).await;
+        return abort(state, lease, deadline, error.into_response()).await;
     };
     if matches!(ApiError::of(&response), Some(ApiError::Database(_))) {
         // The handler's transaction failed at the database, so provably nothing was written.
         tx.rollback().await;
-        return abort(state, lease, response).await;
+        return abort(state, lease, deadline, response).await;
     }
     match lease {
-        Some(lease) => complete(state, tx, lease, response).await,
-        None => commit(state, tx, response).await,
+        Some(lease) => complete(state, tx, lease, deadline, response).await,
+        None => commit(tx, response).await,
     }
 }
 
 /// Commits an unkeyed request's transaction.
-async fn commit(
-    state: &IdempotencyState,
-    tx: OpenTransaction,
-    response: Response,
-) -> (Response, Ending) {
+async fn commit(tx: OpenTransaction, response: Response) -> (Response, Ending) {
     match tx.commit().await {
         Ok(()) => (response, Ending::Committed),
-        Err(CommitError::RolledBack(e)) => {
-            abort(state, None, ApiError::from(e).into_response()).await
-        }
+        Err(CommitError::RolledBack(e)) => (ApiError::from(e).into_response(), Ending::Aborted),
         Err(CommitError::OutcomeUnknown(cause)) => {
             let error = ApiError::CommitOutcomeUnknown { key: None, cause };
             (error.into_response(), Ending::CommitUnknown)
@@ -345,13 +399,14 @@ async fn complete(
     state: &IdempotencyState,
     tx: OpenTransaction,
     lease: &Lease,
+    deadline: Instant,
     response: Response,
 ) -> (Response, Ending) {
     let stored = match StoredResponse::capture(response).await {
         Ok(stored) => stored,
         Err(error) => {
             tx.rollback().await;
-            return abort(state, Some(lease), error.into_response()).await;
+            return abort(state, Some(lease), deadline, error.into_response()).await;
         }
     };
     match store::complete(tx, lease, &stored).await {
@@ -362,12 +417,18 @@ async fn complete(
             (error.into_response(), Ending::LeaseLost)
         }
         Err(Incomplete::RolledBack(e)) => {
-            abort(state, Some(lease), ApiError::from(e).into_response()).await
+            abort(
+                state,
+                Some(lease),
+                deadline,
+                ApiError::from(e).into_response(),
+            )
+            .await
         }
         Err(Incomplete::OutcomeUnknown(cause)) => {
             // If it committed, the retry replays it (the release leaves a completed record alone);
             // if not, the released lease lets the retry take over at once.
-            release(state, lease).await;
+            release_lease(&state.pool, lease, deadline).await;
             let key = Some(lease.key.to_string());
             let error = ApiError::CommitOutcomeUnknown { key, cause };
             (error.into_response(), Ending::CommitUnknown)
@@ -380,19 +441,49 @@ async fn complete(
 async fn abort(
     state: &IdempotencyState,
     lease: Option<&Lease>,
+    deadline: Instant,
     response: Response,
 ) -> (Response, Ending) {
     if let Some(lease) = lease {
-        release(state, lease).await;
+        release_lease(&state.pool, lease, deadline).await;
     }
     (response, Ending::Aborted)
 }
 
-async fn release(state: &IdempotencyState, lease: &Lease) {
-    let released = async { store::release_lease(&mut *state.pool.acquire().await?, lease).await };
-    if let Err(e) = released.await {
-        crate::db::observe(&e);
-        tracing::warn!(error = %e, "could not release the lease; it will expire on its own");
+/// How long a lease release may keep trying after its request's deadline passed: it then runs in
+/// the background, and is worth a retry that need not wait out the lease.
+const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+async fn release_lease(pool: &Pool, lease: &Lease, until: Instant) {
+    release(pool, &lease.scope, &lease.key, lease.token, until).await;
+}
+
+/// Ends a lease by its token, on a fresh connection for each try, until `until`; a lease that
+/// cannot be ended by then expires on its own.
+async fn release(
+    pool: &Pool,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    token: LeaseToken,
+    until: Instant,
+) {
+    let once =
+        || async { store::release_lease(&mut *pool.acquire().await?, scope, key, token).await };
+    let retried = once
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_millis(500))
+                .with_jitter()
+                .without_max_times(),
+        )
+        .when(|e| crate::db::observe(e).is_transient());
+    match tokio::time::timeout_at(until, retried).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "could not end the lease; it will expire on its own")
+        }
+        Err(_) => tracing::warn!("could not end the lease in time; it will expire on its own"),
     }
 }
 

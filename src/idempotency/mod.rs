@@ -19,7 +19,7 @@ pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
 pub use routes::router;
-pub use store::{Claim, Lease, completion_statement, delete_expired};
+pub use store::{Claim, Lease, LeaseToken, completion_statement, delete_expired};
 pub use stored::StoredResponse;
 
 /// Whose keys these are: the authenticated merchant. Keys are unique only within a

@@ -28,12 +28,24 @@ pub enum Claim {
 }
 
 /// The lease a request holds on its key after a fresh claim or a takeover: the attempt that may
-/// complete the record, and nothing else.
+/// complete the record, and the token its claim wrote, which ends the lease.
 #[derive(Debug, Clone)]
 pub struct Lease {
     pub scope: Scope,
     pub key: IdempotencyKey,
     pub attempt: i32,
+    pub token: LeaseToken,
+}
+
+/// A random number the API chooses for each claim and the claim writes into the record when it
+/// takes the key, so the API can end that lease even if the claim's answer never arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseToken(i64);
+
+impl LeaseToken {
+    pub fn generate() -> Self {
+        Self(rand::random())
+    }
 }
 
 /// The one atomic decision point: a single statement that takes the key when it is free (fresh) or
@@ -45,6 +57,7 @@ pub async fn claim(
     scope: &Scope,
     key: &IdempotencyKey,
     fingerprint: &Fingerprint,
+    token: LeaseToken,
     lease: Duration,
     retention: Duration,
 ) -> Result<Claim, sqlx::Error> {
@@ -58,8 +71,8 @@ pub async fn claim(
                 SELECT * FROM idempotency_keys WHERE scope = $1 AND key = $2
             ), claimed AS (
                 INSERT INTO idempotency_keys AS k
-                    (scope, key, fingerprint, state, attempt, lease_expires_at, created_at, expires_at)
-                SELECT $1, $2, $3, 'in_flight', 1,
+                    (scope, key, fingerprint, state, attempt, lease_token, lease_expires_at, created_at, expires_at)
+                SELECT $1, $2, $3, 'in_flight', 1, $6,
                        now() + make_interval(secs => $4), now(), now() + make_interval(secs => $5)
                 -- Only try to take the key when the record (as of this snapshot) is absent, past its
                 -- retention, or an abandoned attempt of this same request. A replay, a live lease or a
@@ -73,6 +86,7 @@ pub async fn claim(
                     fingerprint      = excluded.fingerprint,
                     state            = 'in_flight',
                     attempt          = k.attempt + 1,
+                    lease_token      = excluded.lease_token,
                     lease_expires_at = excluded.lease_expires_at,
                     created_at       = CASE WHEN k.expires_at <= now() THEN excluded.created_at ELSE k.created_at END,
                     expires_at       = CASE WHEN k.expires_at <= now() THEN excluded.expires_at ELSE k.expires_at END,
@@ -105,6 +119,7 @@ pub async fn claim(
             fingerprint.as_bytes().as_slice(),
             lease.as_secs_f64(),
             retention.as_secs_f64(),
+            token.0,
         )
         .fetch_optional(&mut *conn)
         .await?;
@@ -206,18 +221,25 @@ pub fn completion_statement(lease: &Lease, response: &StoredResponse) -> String 
     )
 }
 
-/// Ends this attempt's lease now, so the next retry takes over at once instead of waiting out the
-/// lease: used when the handler's transaction failed and provably wrote nothing, or when whether it
-/// committed is unknown (a completed record is left as it is).
-pub async fn release_lease(conn: &mut PgConnection, lease: &Lease) -> Result<(), sqlx::Error> {
+/// Ends a lease now, so the next retry takes over at once instead of waiting it out: used when the
+/// handler's transaction failed and provably wrote nothing, when whether it committed is unknown,
+/// and when the claim's own answer was lost. It names the lease by the claim's token, so it works
+/// without knowing whether the claim took the key or which attempt it was; a completed record, or
+/// one another claim has taken since, is left alone.
+pub async fn release_lease(
+    conn: &mut PgConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    token: LeaseToken,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
         UPDATE idempotency_keys SET lease_expires_at = now()
-         WHERE scope = $1 AND key = $2 AND attempt = $3 AND state = 'in_flight'
+         WHERE scope = $1 AND key = $2 AND lease_token = $3 AND state = 'in_flight'
         "#,
-        lease.scope.as_str(),
-        lease.key.as_str(),
-        lease.attempt,
+        scope.as_str(),
+        key.as_str(),
+        token.0,
     )
     .execute(conn)
     .await?;

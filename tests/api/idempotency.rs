@@ -2,7 +2,7 @@
 
 use futures::future::join_all;
 use payments_api::idempotency::{
-    IdempotencyKey, Lease, Scope, StoredResponse, completion_statement,
+    IdempotencyKey, Lease, LeaseToken, Scope, StoredResponse, completion_statement,
 };
 use sqlx::Executor;
 
@@ -262,6 +262,7 @@ async fn the_completion_finds_its_record_through_the_primary_key() {
             scope: Scope::new(DEMO_MERCHANT),
             key: IdempotencyKey::parse_bytes(b"pk-probe").unwrap(),
             attempt: 1,
+            token: LeaseToken::generate(),
         },
         &StoredResponse {
             status: 201,

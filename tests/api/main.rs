@@ -8,6 +8,7 @@ mod idempotency;
 mod intents;
 mod leases;
 mod lifecycle;
+mod network;
 mod operations;
 mod pool;
 mod security;

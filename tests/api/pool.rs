@@ -9,10 +9,11 @@ use crate::{
     leases::waiting_inserts,
 };
 
-/// Pooled connections are not pinged before use (`db::Connector::recycle`): one the server closed
-/// while it sat idle fails its first statement. That costs the client one retryable 503, never a 500:
-/// from then on checkouts ping first, so the other dead connections fail no request; and the
-/// retry with the same key executes exactly once.
+/// Pooled connections in steady use are not pinged before use (`db::pool::Connector::recycle`): one
+/// the server closed while it sat idle fails its first statement, unless the pool's background
+/// check found it first. That costs the client at most one retryable 503, never a 500: from then on
+/// checkouts ping first, so the other dead connections fail no request; and the retry with the
+/// same key executes exactly once.
 #[tokio::test]
 async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs_once() {
     // No sweep may take a connection from the pool while the test counts failures.
@@ -59,10 +60,11 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
         assert_eq!(answer.status, 503, "{}", answer.body);
         assert!(answer.header("retry-after").is_some());
     }
-    assert_eq!(
-        statuses,
-        [503, 201],
-        "one failure, then the pool replaced the rest"
+    // The background check of idle connections may find them dead first; if not, one request
+    // does, and the pool replaces the rest before handing them out.
+    assert!(
+        statuses == [201] || statuses == [503, 201],
+        "at most one failure, then the pool replaced the rest: {statuses:?}"
     );
     assert_eq!(app.intent_count().await, 7);
     let record = app
@@ -74,7 +76,7 @@ async fn connections_the_database_closed_cost_a_retryable_503_and_the_retry_runs
 
 /// A request cancelled while its statement is still out (here a GET stuck behind a lock, whose
 /// client hangs up) gives its connection back with that statement unanswered. The next request must
-/// not inherit the wait: the pool closes such a connection and opens another (`db::settled`).
+/// not inherit the wait: the pool closes such a connection and opens another (`db::pool::settled`).
 #[tokio::test]
 async fn a_connection_given_back_mid_statement_is_not_handed_to_the_next_request() {
     // One connection, so the next request could only get the abandoned one or a new one.

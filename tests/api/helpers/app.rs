@@ -10,7 +10,10 @@ use payments_api::{
 use reqwest::{Client, RequestBuilder};
 use sqlx::{PgPool, postgres::PgPoolOptions};
 
-use super::{DEMO_MERCHANT, DEMO_TOKEN, OTHER_MERCHANT, OTHER_TOKEN, SEED_BODY, fresh_database};
+use super::{
+    DEMO_MERCHANT, DEMO_TOKEN, OTHER_MERCHANT, OTHER_TOKEN, SEED_BODY, fresh_database,
+    proxy::FaultProxy,
+};
 
 pub fn test_settings(database_url: &str) -> Settings {
     Settings {
@@ -68,7 +71,39 @@ impl TestApp {
 
     /// Spawns another app on an existing database (a second replica, or a restart).
     pub async fn spawn_on(database_url: &str, configure: impl FnOnce(&mut Settings)) -> Self {
-        let mut settings = test_settings(database_url);
+        Self::spawn_reaching(database_url, database_url, configure).await
+    }
+
+    /// Spawns the app on a fresh database that it reaches through a [`FaultProxy`]; the test's own
+    /// pool reaches the database directly.
+    pub async fn spawn_behind_proxy(configure: impl FnOnce(&mut Settings)) -> (Self, FaultProxy) {
+        let database_url = fresh_database().await;
+        let mut url = reqwest::Url::parse(&database_url).expect("a database URL");
+        let upstream = tokio::net::lookup_host((
+            url.host_str().expect("a host").to_owned(),
+            url.port().unwrap_or(5432),
+        ))
+        .await
+        .unwrap()
+        .next()
+        .expect("the database host resolves");
+        let proxy = FaultProxy::start(upstream).await;
+        url.set_host(Some("127.0.0.1")).unwrap();
+        url.set_port(Some(proxy.address.port())).unwrap();
+        // The proxy reads the protocol in the clear.
+        url.query_pairs_mut().append_pair("sslmode", "disable");
+        let app = Self::spawn_reaching(url.as_str(), &database_url, configure).await;
+        (app, proxy)
+    }
+
+    /// Spawns the app reaching its database at `app_url`, which may lead elsewhere than
+    /// `database_url`, the database itself.
+    async fn spawn_reaching(
+        app_url: &str,
+        database_url: &str,
+        configure: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut settings = test_settings(app_url);
         configure(&mut settings);
         let address = serve(settings).await;
         let db = PgPoolOptions::new()
