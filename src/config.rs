@@ -2,7 +2,10 @@
 //! "Configuration"), mirrored by a flag of the same meaning so `payments-api --help` documents
 //! them all.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -77,9 +80,9 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
 
-    /// Address the HTTP server listens on.
+    /// Address the HTTP server listens on: `host:port`, the host a name or an IP address.
     #[arg(long, env = "BIND_ADDR", default_value = "0.0.0.0:8080")]
-    pub bind_addr: SocketAddr,
+    pub bind_addr: String,
 
     /// How long a claimed Idempotency-Key blocks retries before another attempt may take over.
     #[arg(long, env = "IDEMPOTENCY_LEASE_SECONDS", default_value_t = 30)]
@@ -138,6 +141,20 @@ pub struct IdempotencySettings {
     pub key_required: bool,
 }
 
+/// `host:port` as an address to bind; a name (`localhost:8080`) is resolved, IPv4 first.
+fn resolve_bind_addr(raw: &str) -> anyhow::Result<SocketAddr> {
+    let addresses: Vec<SocketAddr> = raw
+        .to_socket_addrs()
+        .with_context(|| format!("BIND_ADDR {raw:?} is not a host:port that resolves"))?
+        .collect();
+    addresses
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addresses.first())
+        .copied()
+        .with_context(|| format!("BIND_ADDR {raw:?} resolves to no address"))
+}
+
 impl ServeArgs {
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let lease = Duration::from_secs(self.idempotency_lease_seconds);
@@ -160,7 +177,7 @@ impl ServeArgs {
         Ok(Settings {
             database_url: self.database.url()?.to_owned(),
             db_max_connections: self.database.db_max_connections.max(2),
-            bind_addr: self.bind_addr,
+            bind_addr: resolve_bind_addr(&self.bind_addr)?,
             idempotency: IdempotencySettings {
                 lease,
                 retention: Duration::from_secs(self.idempotency_key_ttl_seconds),
@@ -194,6 +211,22 @@ pub fn parse_bootstrap_api_keys(spec: &str) -> anyhow::Result<Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bind_addresses_may_name_a_host() {
+        assert_eq!(
+            resolve_bind_addr("localhost:8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
+        assert_eq!(
+            resolve_bind_addr("0.0.0.0:8080").unwrap(),
+            "0.0.0.0:8080".parse().unwrap()
+        );
+        assert!(
+            resolve_bind_addr("localhost").is_err(),
+            "a port is required"
+        );
+    }
 
     #[test]
     fn bootstrap_keys_parse_pairs_and_skip_blanks() {

@@ -36,12 +36,7 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let deserializer = &mut serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut *deserializer).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
-        ApiError::InvalidRequest(if path.is_empty() || path == "." {
-            format!("request body must be a JSON object: {inner}")
-        } else {
-            format!("{path}: {inner}")
-        })
+        ApiError::InvalidRequest(describe(&path, &e.into_inner()))
     })?;
     deserializer.end().map_err(|e| {
         ApiError::InvalidRequest(format!("request body must hold one JSON object only: {e}"))
@@ -59,7 +54,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|query| QueryParams(query.0))
-            .map_err(|rejection| ApiError::InvalidRequest(rejection.body_text()))
+            .map_err(|rejection| {
+                let text = rejection.body_text();
+                let text = text
+                    .strip_prefix("Failed to deserialize query string: ")
+                    .unwrap_or(&text);
+                ApiError::InvalidRequest(in_json_words(text))
+            })
     }
 }
 
@@ -75,5 +76,93 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
             .await
             .map(|path| PathParam(path.0))
             .map_err(|_| ApiError::NotFound("no such resource".to_owned()))
+    }
+}
+
+/// Why a body did not parse, naming the field (`path`, as serde_path_to_error spells it) and saying
+/// what was expected in JSON's words.
+fn describe(path: &str, error: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let message = in_json_words(&error.to_string());
+    if matches!(
+        error.classify(),
+        Category::Syntax | Category::Eof | Category::Io
+    ) {
+        return format!(
+            "request body is not valid JSON: {message} (line {}, column {})",
+            error.line(),
+            error.column()
+        );
+    }
+    let at_root = matches!(path, "" | "." | "?");
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.strip_suffix('`'));
+    match missing {
+        Some(field) if at_root => format!("{field}: missing"),
+        Some(field) => format!("{path}.{field}: missing"),
+        None if at_root => message,
+        None => format!("{path}: {message}"),
+    }
+}
+
+/// A serde message without what only a Rust programmer reads: type names and parser positions.
+fn in_json_words(message: &str) -> String {
+    let message = message.split(" at line ").next().unwrap_or(message);
+    let mut words = message.to_owned();
+    for integer in ["i64", "u64", "i32", "u32", "i16", "u16", "u8"] {
+        words = words.replace(&format!("expected {integer}"), "expected an integer");
+    }
+    words = words.replace("expected f64", "expected a number");
+    if let Some(at) = words.find("expected struct ") {
+        words.truncate(at);
+        words.push_str("expected a JSON object");
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::parse_json;
+    use crate::error::ApiError;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Probe {
+        name: String,
+        count: i64,
+    }
+
+    fn detail(body: &str) -> String {
+        match parse_json::<Probe>(body.as_bytes()) {
+            Err(ApiError::InvalidRequest(detail)) => detail,
+            other => panic!("{body} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn details_name_the_field_in_json_words() {
+        assert_eq!(detail(r#"{"count":1}"#), "name: missing");
+        assert_eq!(
+            detail(r#"{"name":"a","count":"x"}"#),
+            "count: invalid type: string \"x\", expected an integer"
+        );
+        assert_eq!(
+            detail(r#"{"name":"a","count":1.5}"#),
+            "count: invalid type: floating point `1.5`, expected an integer"
+        );
+        assert!(detail(r#"{"name":"#).starts_with("request body is not valid JSON: "));
+        assert_eq!(detail("[1]"), "request body must be a JSON object");
+        for body in [r#"{"count":1}"#, r#"{"name":"#, r#"{"name":1,"count":1}"#] {
+            let detail = detail(body);
+            assert!(
+                !detail.contains("i64") && !detail.contains("struct"),
+                "{detail}"
+            );
+            assert!(!detail.starts_with('?'), "{detail}");
+        }
     }
 }

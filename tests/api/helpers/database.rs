@@ -16,12 +16,29 @@ use tokio::sync::OnceCell;
 static CONTAINER_ID: OnceLock<String> = OnceLock::new();
 static SERVER_URL: OnceCell<String> = OnceCell::const_new();
 
+/// The server named by `TEST_DATABASE_URL`, when the tests use one: its databases of this process
+/// are dropped when the process exits.
+static SHARED_SERVER: OnceLock<String> = OnceLock::new();
+
 #[dtor::dtor]
-unsafe fn remove_test_container() {
+unsafe fn clean_up_at_exit() {
     if let Some(id) = CONTAINER_ID.get() {
         let _ = std::process::Command::new("docker")
             .args(["rm", "-f", "-v", id])
             .output();
+    }
+    if let Some(server) = SHARED_SERVER.get() {
+        // The tests' runtimes are gone by now; a small one of its own does the dropping.
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            let pid = std::process::id().to_string();
+            let drop_ours = drop_databases(server, move |owner| owner == pid);
+            runtime.block_on(async {
+                let _ = tokio::time::timeout(Duration::from_secs(10), drop_ours).await;
+            });
+        }
     }
 }
 
@@ -30,7 +47,12 @@ async fn server_url() -> &'static str {
     SERVER_URL
         .get_or_init(|| async {
             if let Ok(url) = std::env::var("TEST_DATABASE_URL") {
-                drop_stale_databases(&url).await;
+                // What earlier runs that did not exit cleanly left behind.
+                drop_databases(&url, |owner| {
+                    !std::path::Path::new(&format!("/proc/{owner}")).exists()
+                })
+                .await;
+                let _ = SHARED_SERVER.set(url.clone());
                 return url;
             }
             let image = std::env::var("TEST_POSTGRES_IMAGE")
@@ -42,7 +64,13 @@ async fn server_url() -> &'static str {
                 .with_cmd(["postgres", "-c", "max_connections=300", "-c", "fsync=off"])
                 .start()
                 .await
-                .expect("start PostgreSQL with testcontainers (or set TEST_DATABASE_URL)");
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start {image} with testcontainers ({e}): set TEST_POSTGRES_IMAGE to \
+                         an image this machine has, or TEST_DATABASE_URL=postgres://…/postgres to \
+                         use a running server"
+                    )
+                });
             CONTAINER_ID
                 .set(container.id().to_owned())
                 .expect("one container per process");
@@ -57,10 +85,11 @@ async fn server_url() -> &'static str {
         .await
 }
 
-/// Databases are named after the test process, so a later run can drop what an earlier one left.
+/// Databases are named after the test process that made them, so they can be dropped by owner.
 const DB_PREFIX: &str = "payments_test_";
 
-async fn drop_stale_databases(server: &str) {
+/// Drops the test databases on `server` whose owning process id `doomed` accepts.
+async fn drop_databases(server: &str, doomed: impl Fn(&str) -> bool) {
     let Ok(mut conn) = PgConnection::connect(server).await else {
         return;
     };
@@ -71,12 +100,12 @@ async fn drop_stale_databases(server: &str) {
     .await
     .unwrap_or_default();
     for name in names {
-        let pid = name
+        let owner = name
             .trim_start_matches(DB_PREFIX)
             .split('_')
             .next()
             .unwrap_or("");
-        if !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !owner.is_empty() && doomed(owner) {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                 .execute(&mut conn)
                 .await;
