@@ -35,9 +35,14 @@ impl Failure {
                 Some("53300") => Self::Overloaded,
                 // Undefined table, column, function.
                 Some("42P01" | "42703" | "42883") => Self::NotMigrated,
-                // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock):
-                // all say "try again", none says the request was wrong.
-                Some(code) if code.starts_with("53") || code == "40001" || code == "40P01" => {
+                // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock),
+                // and a server that refuses our credentials (28xxx) or lacks the database (3D000)
+                // until an operator acts: none says the request was wrong.
+                Some(code)
+                    if code.starts_with("53")
+                        || code.starts_with("28")
+                        || matches!(code, "40001" | "40P01" | "3D000") =>
+                {
                     Self::Unavailable
                 }
                 _ => Self::Statement,

@@ -159,7 +159,14 @@ impl managed::Manager for Connector {
                     Failure::ConnectionLost | Failure::Overloaded
                 )
             })
-            .notify(|e, _| *last_error.lock().expect("not poisoned") = Some(e.to_string()));
+            .notify(|e, _| {
+                // sqlx prefixes I/O errors with a sentence of its own; the cause is enough here.
+                let cause = match e {
+                    sqlx::Error::Io(io) => io.to_string(),
+                    other => other.to_string(),
+                };
+                *last_error.lock().expect("not poisoned") = Some(cause);
+            });
         match tokio::time::timeout(ACQUIRE_TIMEOUT, retried).await {
             Ok(connected) => connected,
             Err(_) => {

@@ -26,6 +26,19 @@ async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
     assert_eq!(not_ready.status, 503);
     assert_eq!(not_ready.json()["error"], "unavailable");
     assert!(not_ready.header("retry-after").is_some());
+    let detail = not_ready.json()["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("payments-api migrate"), "{detail}");
+    // Requests say the same, never 500: the schema is missing, not the request wrong.
+    let create = unmigrated.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    assert_eq!(create.status, 503, "{}", create.body);
+    assert!(
+        create.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not migrated"),
+        "{}",
+        create.body
+    );
 
     // Database unreachable: still alive, not ready, and quickly so.
     let unreachable = serve(Settings {
