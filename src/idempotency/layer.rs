@@ -174,9 +174,9 @@ async fn claim(
 ) -> Result<(Claim, PooledConnection, LeaseToken), sqlx::Error> {
     let mut connection = state.pool.acquire().await?;
     let mut pending = PendingClaim {
-        pool: state.pool.clone(),
-        scope: scope.clone(),
-        key: key.clone(),
+        pool: &state.pool,
+        scope,
+        key,
         token: LeaseToken::generate(),
         answered: false,
     };
@@ -198,15 +198,15 @@ async fn claim(
 /// A claim sent whose answer has not arrived. Dropped unanswered (its connection failed, or the
 /// deadline cut the request short), it ends the lease the claim may have taken, by its token:
 /// nothing will run under it, and the retry should not wait out the lease.
-struct PendingClaim {
-    pool: Pool,
-    scope: Scope,
-    key: IdempotencyKey,
+struct PendingClaim<'a> {
+    pool: &'a Pool,
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
     token: LeaseToken,
     answered: bool,
 }
 
-impl Drop for PendingClaim {
+impl Drop for PendingClaim<'_> {
     fn drop(&mut self) {
         if self.answered {
             return;
