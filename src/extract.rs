@@ -44,6 +44,26 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// The page size of a listing: 1..=100, 10 when absent.
+pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    const DEFAULT: i64 = 10;
+    const MAX: i64 = 100;
+    let limit = limit.unwrap_or(DEFAULT);
+    if !(1..=MAX).contains(&limit) {
+        return Err(ApiError::InvalidRequest(format!(
+            "limit: must be between 1 and {MAX}, got {limit}"
+        )));
+    }
+    Ok(limit)
+}
+
+/// A page of at most `limit` rows from `limit + 1` fetched, and whether another page follows.
+pub fn into_page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    (rows, has_more)
+}
+
 /// Query-string parameters, with rejections in the API's error format.
 pub struct QueryParams<T>(pub T);
 

@@ -4,10 +4,12 @@
 //! Modules by capability:
 //! - [`idempotency`]: one key, one execution, one answer (key, fingerprint, store, layer)
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
+//! - [`events`]: what changed, written with the change (the outbox), and its API
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
-//! - [`error`], [`extract`], [`deadline`], [`db`], [`config`]: the shared base every capability uses
+//! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`]: the shared base every
+//!   capability uses
 //! - [`telemetry`], [`startup`]: running it
 //!
 //! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
@@ -18,9 +20,11 @@ pub mod config;
 pub mod db;
 pub mod deadline;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod http;
 pub mod idempotency;
+pub mod ids;
 pub mod intents;
 pub mod startup;
 pub mod sweeper;

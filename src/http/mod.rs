@@ -21,6 +21,7 @@ use crate::{
     db::Pool,
     deadline,
     error::ApiError,
+    events,
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents,
     telemetry::{self, metrics},
@@ -39,6 +40,7 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
     // authentication runs before the idempotency layer ever reads a key.
     let api = intents::router()
         .merge(idempotency::router())
+        .merge(events::router())
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(
             auth::Authenticator::new(pool.clone()),

@@ -13,7 +13,7 @@ use utoipa::{
     },
 };
 
-use crate::{http::health, idempotency, intents, telemetry};
+use crate::{events, http::health, idempotency, intents, telemetry};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,6 +27,9 @@ use crate::{http::health, idempotency, intents, telemetry};
         intents::handlers::show,
         intents::handlers::cancel,
         idempotency::routes::show,
+        events::routes::list,
+        events::routes::show,
+        events::routes::deliveries,
         health::healthz,
         health::readyz,
         telemetry::metrics::render,
@@ -37,6 +40,7 @@ use crate::{http::health, idempotency, intents, telemetry};
     tags(
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
+        (name = "events", description = "What changed, kept 30 days, and its webhook deliveries"),
         (name = "operations", description = "Probes, metrics and this document"),
     )
 )]

@@ -1,14 +1,15 @@
 //! Domain types of a payment intent. Each one parses its raw input once and can then only hold a
 //! valid value ("parse, don't validate"): handlers never see an unchecked string.
 
-use std::fmt;
+use std::{collections::BTreeMap, fmt};
 
-use rand::RngCore;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, de::Error as _};
 use sha3::{Digest, Keccak256};
 
-/// `evm:<chain id>`: a positive decimal chain id without leading zeros (`docs/api.md`, "The intent"). Ids are bounded
-/// to u64, the range every EVM client and EIP-155 signer actually uses.
+use crate::ids;
+
+/// `evm:<chain id>`: a positive decimal chain id without leading zeros (`docs/api.md`, "The
+/// intent"). Ids are bounded to u64, the range every EVM client and EIP-155 signer actually uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Chain(String);
@@ -206,25 +207,65 @@ impl TryFrom<i64> for ExpiresIn {
     }
 }
 
+/// Free-form pairs a merchant attaches to an intent, carried by every event about it: at most 50
+/// keys of 1 to 40 characters, each with a string value of at most 500 (Stripe's limits).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Metadata(BTreeMap<String, String>);
+
+impl Metadata {
+    pub const MAX_KEYS: usize = 50;
+    pub const MAX_KEY_CHARS: usize = 40;
+    pub const MAX_VALUE_CHARS: usize = 500;
+}
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let pairs = BTreeMap::<String, serde_json::Value>::deserialize(deserializer)?;
+        if pairs.len() > Self::MAX_KEYS {
+            return Err(D::Error::custom(format!(
+                "at most {} keys, got {}",
+                Self::MAX_KEYS,
+                pairs.len()
+            )));
+        }
+        let mut metadata = BTreeMap::new();
+        for (key, value) in pairs {
+            let shown: String = key.chars().take(Self::MAX_KEY_CHARS).collect();
+            if key.is_empty() || key.chars().count() > Self::MAX_KEY_CHARS {
+                return Err(D::Error::custom(format!(
+                    "key {shown:?} must be 1 to {} characters",
+                    Self::MAX_KEY_CHARS
+                )));
+            }
+            let serde_json::Value::String(value) = value else {
+                return Err(D::Error::custom(format!(
+                    "the value of {key:?} must be a string"
+                )));
+            };
+            if value.chars().count() > Self::MAX_VALUE_CHARS {
+                return Err(D::Error::custom(format!(
+                    "the value of {key:?} is longer than {} characters",
+                    Self::MAX_VALUE_CHARS
+                )));
+            }
+            metadata.insert(key, value);
+        }
+        Ok(Self(metadata))
+    }
+}
+
 /// `pi_` + 24 lowercase hex digits: 96 random bits, so ids cannot be guessed or enumerated.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IntentId(String);
 
 impl IntentId {
     pub fn generate() -> Self {
-        let mut bytes = [0u8; 12];
-        rand::rng().fill_bytes(&mut bytes);
-        Self(format!("pi_{}", hex::encode(bytes)))
+        Self(ids::generate("pi_"))
     }
 
     /// Any string that could not be an id is simply not found: a path is not validated input.
     pub fn parse(raw: &str) -> Option<Self> {
-        let digits = raw.strip_prefix("pi_")?;
-        (digits.len() == 24
-            && digits
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| Self(raw.to_owned()))
+        ids::is_valid("pi_", raw).then(|| Self(raw.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {

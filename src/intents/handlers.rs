@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId},
+    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata},
     repo::{self, NewIntent, PaymentIntent, TransitionError},
     state::{Action, Actor, IntentState},
 };
@@ -21,7 +21,7 @@ use crate::{
     auth::MerchantId,
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
-    extract::{JsonBody, PathParam, QueryParams, parse_json},
+    extract::{JsonBody, PathParam, QueryParams, into_page, page_limit, parse_json},
 };
 
 pub fn router() -> Router<Pool> {
@@ -55,6 +55,11 @@ pub struct CreateIntentRequest {
     #[serde(default)]
     #[schema(value_type = Option<i64>, minimum = 60, maximum = 86400, default = 900)]
     pub expires_in_seconds: Option<ExpiresIn>,
+    /// Your own key/value pairs, carried by every event about the intent: at most 50 keys of 1 to
+    /// 40 characters, string values of at most 500.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Metadata,
 }
 
 /// Create a payment intent.
@@ -81,6 +86,7 @@ pub async fn create(
         payee: request.merchant,
         amount: request.amount,
         expires_in: request.expires_in_seconds.unwrap_or_default(),
+        metadata: request.metadata,
     };
     let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new).await?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
@@ -179,9 +185,6 @@ pub struct Page {
     has_more: bool,
 }
 
-const DEFAULT_PAGE: i64 = 10;
-const MAX_PAGE: i64 = 100;
-
 /// List payment intents, newest first, in cursor pages.
 #[utoipa::path(
     get,
@@ -199,12 +202,7 @@ pub async fn list(
     Extension(merchant): Extension<MerchantId>,
     QueryParams(params): QueryParams<ListParams>,
 ) -> Result<Json<Page>, ApiError> {
-    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::InvalidRequest(format!(
-            "limit: must be between 1 and {MAX_PAGE}, got {limit}"
-        )));
-    }
+    let limit = page_limit(params.limit)?;
     let state = params
         .state
         .map(|raw| {
@@ -229,9 +227,8 @@ pub async fn list(
         }
     };
     // One extra row tells whether another page follows.
-    let mut data = repo::list(&mut conn, &merchant, state, cursor.as_ref(), limit + 1).await?;
-    let has_more = data.len() as i64 > limit;
-    data.truncate(limit as usize);
+    let rows = repo::list(&mut conn, &merchant, state, cursor.as_ref(), limit + 1).await?;
+    let (data, has_more) = into_page(rows, limit);
     Ok(Json(Page { data, has_more }))
 }
 

@@ -1,14 +1,17 @@
 //! SQL on `payment_intents`.
 
 use serde::Serialize;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection, types::Json};
 use time::OffsetDateTime;
 
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId},
+    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata},
     state::{self, Action, Actor, IntentState},
 };
-use crate::auth::MerchantId;
+use crate::{
+    auth::MerchantId,
+    events::{self, NewEvent},
+};
 
 /// A payment intent as the API shows it; field order is the response's key order.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -41,6 +44,9 @@ pub struct PaymentIntent {
     pub canceled_at: Option<OffsetDateTime>,
     /// `merchant_request` or `expired` once canceled.
     pub cancellation_reason: Option<String>,
+    /// Your key/value pairs, as sent.
+    #[schema(value_type = Object)]
+    pub metadata: Json<Metadata>,
 }
 
 pub struct NewIntent {
@@ -50,21 +56,24 @@ pub struct NewIntent {
     pub payee: Address,
     pub amount: Amount,
     pub expires_in: ExpiresIn,
+    pub metadata: Metadata,
 }
 
+/// Inserts a new intent and its `payment_intent.created` event.
 pub async fn insert(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
     intent: &NewIntent,
 ) -> Result<PaymentIntent, sqlx::Error> {
-    sqlx::query_as!(
+    let created = sqlx::query_as!(
         PaymentIntent,
         r#"
-        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at)
-        VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7, now() + make_interval(secs => $8))
+        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata)
+        VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)
         RETURNING id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                  expires_at, created_at, updated_at, canceled_at, cancellation_reason
+                  expires_at, created_at, updated_at, canceled_at, cancellation_reason,
+               metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
         id.as_str(),
@@ -74,9 +83,28 @@ pub async fn insert(
         intent.payer.to_checksum(),
         intent.payee.to_checksum(),
         f64::from(intent.expires_in.seconds()),
+        Json(&intent.metadata) as _,
     )
-    .fetch_one(conn)
-    .await
+    .fetch_one(&mut *conn)
+    .await?;
+    record_event(conn, merchant.as_str(), &created).await?;
+    Ok(created)
+}
+
+/// Writes the event of the change that just made `intent` what it is, in the caller's
+/// transaction: the change and its event commit together or not at all.
+async fn record_event(
+    conn: &mut PgConnection,
+    merchant: &str,
+    intent: &PaymentIntent,
+) -> Result<(), sqlx::Error> {
+    let event = NewEvent {
+        kind: format!("payment_intent.{}", intent.state),
+        subject_id: &intent.id,
+        subject_version: intent.version,
+        object: serde_json::to_string(intent).expect("an intent always serializes"),
+    };
+    events::record(conn, merchant, &event).await
 }
 
 pub async fn find(
@@ -88,7 +116,8 @@ pub async fn find(
         PaymentIntent,
         r#"
         SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason,
+               metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
@@ -157,7 +186,8 @@ pub async fn apply(
                 SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
             )
             SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                   expires_at, created_at, updated_at, canceled_at, cancellation_reason
+                   expires_at, created_at, updated_at, canceled_at, cancellation_reason,
+               metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
             merchant.as_str(),
@@ -172,6 +202,7 @@ pub async fn apply(
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(intent) = moved {
+            record_event(conn, merchant.as_str(), &intent).await?;
             return Ok(intent);
         }
     }
@@ -182,13 +213,16 @@ pub async fn apply(
 }
 
 /// Moves up to `batch` intents whose `expires_at` passed through [`Action::Expire`], as the
-/// system. `FOR UPDATE SKIP LOCKED` lets any number of replicas sweep at once without waiting on
-/// each other or on a merchant's cancel; the version compare-and-set keeps a transition that won
-/// meanwhile from being applied twice. Returns how many intents expired.
+/// system, each with its event, in one transaction per batch. `FOR UPDATE SKIP LOCKED` lets any
+/// number of replicas sweep at once without waiting on each other or on a merchant's cancel; the
+/// version compare-and-set keeps a transition that won meanwhile from being applied twice.
+/// Returns how many intents expired.
 pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
     let mut expired = 0;
     for step in state::sources_of(Action::Expire) {
-        let moved = sqlx::query_scalar!(
+        let mut tx = conn.begin().await?;
+        let moved = sqlx::query_as!(
+            Expired,
             r#"
             WITH due AS (
                 SELECT merchant_id, id, version FROM payment_intents
@@ -203,12 +237,15 @@ pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx
                        cancellation_reason = COALESCE($4, p.cancellation_reason)
                   FROM due
                  WHERE p.merchant_id = due.merchant_id AND p.id = due.id AND p.version = due.version
-             RETURNING p.merchant_id, p.id, p.version
+             RETURNING p.*
             ), recorded AS (
                 INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
                 SELECT merchant_id, id, version, $1, $3, $5, $6 FROM moved
             )
-            SELECT count(*) AS "count!" FROM moved
+            SELECT merchant_id, id, state, version, amount::text AS "amount!", chain, token, payer,
+                   payee AS merchant, expires_at, created_at, updated_at, canceled_at,
+                   cancellation_reason, metadata AS "metadata: Json<Metadata>"
+              FROM moved
             "#,
             step.from.as_str(),
             batch,
@@ -217,11 +254,57 @@ pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx
             Action::Expire.as_str(),
             Actor::System.label(),
         )
-        .fetch_one(&mut *conn)
+        .fetch_all(&mut *tx)
         .await?;
-        expired += moved as u64;
+        expired += moved.len() as u64;
+        for row in moved {
+            let (merchant, intent) = row.into_parts();
+            record_event(&mut tx, &merchant, &intent).await?;
+        }
+        tx.commit().await?;
     }
     Ok(expired)
+}
+
+/// An intent the sweeper expired, with its merchant.
+struct Expired {
+    merchant_id: String,
+    id: String,
+    state: String,
+    version: i32,
+    amount: String,
+    chain: String,
+    token: String,
+    payer: String,
+    merchant: String,
+    expires_at: OffsetDateTime,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+    canceled_at: Option<OffsetDateTime>,
+    cancellation_reason: Option<String>,
+    metadata: Json<Metadata>,
+}
+
+impl Expired {
+    fn into_parts(self) -> (String, PaymentIntent) {
+        let intent = PaymentIntent {
+            id: self.id,
+            state: self.state,
+            version: self.version,
+            amount: self.amount,
+            chain: self.chain,
+            token: self.token,
+            payer: self.payer,
+            merchant: self.merchant,
+            expires_at: self.expires_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            canceled_at: self.canceled_at,
+            cancellation_reason: self.cancellation_reason,
+            metadata: self.metadata,
+        };
+        (self.merchant_id, intent)
+    }
 }
 
 /// Where a page of the listing starts: strictly after this intent, newest first.
@@ -258,7 +341,8 @@ pub async fn list(
         PaymentIntent,
         r#"
         SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason,
+               metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

@@ -19,6 +19,7 @@ pub const IDEMPOTENCY_OUTCOMES: &str = "idempotency_outcomes_total";
 pub const SWEEP_RUNS: &str = "sweeper_runs_total";
 pub const SWEEP_INTENTS_EXPIRED: &str = "sweeper_intents_expired_total";
 pub const SWEEP_KEYS_DELETED: &str = "sweeper_keys_deleted_total";
+pub const SWEEP_EVENTS_DELETED: &str = "sweeper_events_deleted_total";
 pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
 pub const DB_POOL_WAITING: &str = "db_pool_waiting_requests";
 

@@ -43,6 +43,7 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
         0,
         "the intent died with its transaction"
     );
+    assert_eq!(app.event_count().await, 0, "and so did its event");
     let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();
     assert_eq!(
         (
@@ -68,6 +69,7 @@ async fn a_process_killed_inside_its_transaction_leaves_nothing_and_the_retry_ru
         .await;
     assert_eq!(retry.status, 201, "{}", retry.body);
     assert_eq!(app.intent_count().await, 1);
+    assert_eq!(app.event_count().await, 1, "the commit wrote both");
     let record = app.key_record(DEMO_MERCHANT, "crash-1").await.unwrap();
     assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
 }

@@ -43,6 +43,7 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "updated_at",
         "canceled_at",
         "cancellation_reason",
+        "metadata",
     ];
     assert_eq!(intent.as_object().unwrap().len(), order.len());
     let positions: Vec<usize> = order

@@ -3,6 +3,7 @@
 
 mod auth_and_scope;
 mod crash;
+mod events;
 mod helpers;
 mod idempotency;
 mod intents;

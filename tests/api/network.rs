@@ -23,7 +23,7 @@ async fn intents_with_id(app: &TestApp, id: &str) -> i64 {
 #[tokio::test]
 async fn a_keyed_commit_whose_answer_is_lost_is_unknown_and_the_retry_replays_it() {
     let (app, proxy) = TestApp::spawn_behind_proxy(|_| {}).await;
-    proxy.set(Fault::LoseAnswerTo("COMMIT"));
+    proxy.set(Fault::LoseAnswerTo("idempotency_complete"));
     let lost = app
         .create_intent(DEMO_TOKEN, Some("lost-commit"), SEED_BODY)
         .await;
@@ -70,7 +70,7 @@ async fn an_unkeyed_commit_whose_answer_is_lost_may_have_been_applied() {
 #[tokio::test]
 async fn a_commit_cut_before_the_database_saw_it_is_unknown_and_the_retry_runs_afresh() {
     let (app, proxy) = TestApp::spawn_behind_proxy(|_| {}).await;
-    proxy.set(Fault::CutBefore("COMMIT"));
+    proxy.set(Fault::CutBefore("idempotency_complete"));
     let cut = app
         .create_intent(DEMO_TOKEN, Some("cut-commit"), SEED_BODY)
         .await;

@@ -37,6 +37,22 @@ async fn merchant_b_never_reaches_merchant_a_resources_or_keys() {
         .await;
     assert_eq!(cursor.status, 400);
 
+    // A's events: absent from B's list, 404 by id, and so are their deliveries.
+    let a_events = app.get_as(DEMO_TOKEN, "/v1/events").await.json();
+    let a_event = a_events["data"][0]["id"].as_str().unwrap().to_owned();
+    for path in [
+        format!("/v1/events/{a_event}"),
+        format!("/v1/events/{a_event}/deliveries"),
+    ] {
+        assert_eq!(app.get_as(OTHER_TOKEN, &path).await.status, 404, "{path}");
+    }
+    let b_events = app.get_as(OTHER_TOKEN, "/v1/events").await;
+    assert_eq!(b_events.json()["data"], serde_json::json!([]));
+    let foreign_cursor = app
+        .get_as(OTHER_TOKEN, &format!("/v1/events?starting_after={a_event}"))
+        .await;
+    assert_eq!(foreign_cursor.status, 400);
+
     // A's keys: invisible to B, and B's use of the same names runs independently.
     let lookup = app
         .client

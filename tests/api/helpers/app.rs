@@ -163,6 +163,19 @@ impl TestApp {
         Answer::send(self.client.get(format!("{}{path}", self.address))).await
     }
 
+    pub async fn event_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM events")
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    /// GET `path` (with its query) as the merchant of `token`.
+    pub async fn get_as(&self, token: &str, path: &str) -> Answer {
+        let url = format!("{}{path}", self.address);
+        Answer::send(self.client.get(url).bearer_auth(token)).await
+    }
+
     pub async fn intent_count(&self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM payment_intents")
             .fetch_one(&self.db)

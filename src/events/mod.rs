@@ -1,0 +1,12 @@
+//! Events: what changed, for the merchant to hear about (`docs/design.md`, "Events and webhooks").
+//! Every state change writes its event in the change's own transaction (the outbox), so a crash
+//! leaves both or neither; the webhook deliveries the event owes are queued by the same statement.
+//!
+//! - `store`: record, read and expire events
+//! - `routes`: `GET /v1/events`, `GET /v1/events/{id}`, `GET /v1/events/{id}/deliveries`
+
+pub mod routes;
+pub mod store;
+
+pub use routes::router;
+pub use store::{NewEvent, delete_expired, record};
