@@ -112,6 +112,24 @@ pub struct ServeArgs {
     #[arg(long, env = "BOOTSTRAP_API_KEYS", hide_env_values = true)]
     pub bootstrap_api_keys: Option<String>,
 
+    /// How long a webhook endpoint has to answer before the attempt counts as failed.
+    #[arg(long, env = "WEBHOOK_TIMEOUT_SECONDS", default_value_t = 10)]
+    pub webhook_timeout_seconds: u64,
+
+    /// The first retry of a failed webhook delivery comes after this; each next one waits about
+    /// twice as long (with jitter), for up to three days.
+    #[arg(long, env = "WEBHOOK_RETRY_BASE_SECONDS", default_value_t = 5)]
+    pub webhook_retry_base_seconds: u64,
+
+    /// Accept `http://` webhook endpoints (development only; production endpoints use https).
+    #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub webhook_allow_http: bool,
+
+    /// Deliver to loopback, private, link-local and other non-public addresses (development and
+    /// tests only: otherwise a merchant could make the server call into its own network).
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE_NETWORKS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub webhook_allow_private_networks: bool,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
@@ -132,6 +150,25 @@ pub struct Settings {
     pub max_body_bytes: usize,
     pub sweep_interval: Duration,
     pub bootstrap_api_keys: Vec<(String, String)>,
+    pub webhooks: WebhookSettings,
+}
+
+/// How webhooks are delivered (`docs/api.md`, "Webhooks").
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookSettings {
+    pub timeout: Duration,
+    pub retry_base: Duration,
+    /// How long a delivery is retried before it is marked failed.
+    pub retry_for: Duration,
+    /// How long an endpoint may fail every attempt before it is disabled.
+    pub disable_after: Duration,
+    pub allow_http: bool,
+    pub allow_private_networks: bool,
+}
+
+impl WebhookSettings {
+    pub const RETRY_FOR: Duration = Duration::from_secs(3 * 86_400);
+    pub const DISABLE_AFTER: Duration = Duration::from_secs(5 * 86_400);
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -189,6 +226,14 @@ impl ServeArgs {
             bootstrap_api_keys: parse_bootstrap_api_keys(
                 self.bootstrap_api_keys.as_deref().unwrap_or(""),
             )?,
+            webhooks: WebhookSettings {
+                timeout: Duration::from_secs(self.webhook_timeout_seconds.max(1)),
+                retry_base: Duration::from_secs(self.webhook_retry_base_seconds.max(1)),
+                retry_for: WebhookSettings::RETRY_FOR,
+                disable_after: WebhookSettings::DISABLE_AFTER,
+                allow_http: self.webhook_allow_http,
+                allow_private_networks: self.webhook_allow_private_networks,
+            },
         })
     }
 }

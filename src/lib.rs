@@ -5,6 +5,7 @@
 //! - [`idempotency`]: one key, one execution, one answer (key, fingerprint, store, layer)
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
 //! - [`events`]: what changed, written with the change (the outbox), and its API
+//! - [`webhooks`]: endpoints, and the signed, at-least-once delivery of every event to them
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
@@ -29,3 +30,4 @@ pub mod intents;
 pub mod startup;
 pub mod sweeper;
 pub mod telemetry;
+pub mod webhooks;

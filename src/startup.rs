@@ -10,7 +10,11 @@ use hyper_util::{
 };
 use tokio::net::TcpListener;
 
-use crate::{auth, config::Settings, db, http, sweeper};
+use crate::{
+    auth,
+    config::{Settings, WebhookSettings},
+    db, http, sweeper, webhooks,
+};
 
 pub struct Application {
     listener: TcpListener,
@@ -18,6 +22,7 @@ pub struct Application {
     pool: db::Pool,
     sweep_interval: Duration,
     request_timeout: Duration,
+    webhooks: WebhookSettings,
 }
 
 impl Application {
@@ -41,6 +46,7 @@ impl Application {
             pool,
             sweep_interval: settings.sweep_interval,
             request_timeout: settings.request_timeout,
+            webhooks: settings.webhooks,
         })
     }
 
@@ -56,11 +62,14 @@ impl Application {
         tracing::info!(addr = %self.local_addr(), "listening");
         let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
         let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
+        let webhooks = tokio::spawn(webhooks::delivery::run(self.pool.clone(), self.webhooks));
         tokio::spawn(report_database(self.pool.clone()));
         serve(self.listener, self.router, self.request_timeout).await;
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
         keeper.abort();
+        // A delivery cut short here is sent again once its lease passes.
+        webhooks.abort();
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -10,3 +10,12 @@ pub mod store;
 
 pub use routes::router;
 pub use store::{NewEvent, delete_expired, record};
+
+/// Every event type there is. Endpoints may subscribe to any of them.
+pub const TYPES: &[&str] = &[
+    "payment_intent.created",
+    "payment_intent.canceled",
+    "payment_intent.processing",
+    "payment_intent.succeeded",
+    "payment_intent.failed",
+];

@@ -25,6 +25,7 @@ use crate::{
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents,
     telemetry::{self, metrics},
+    webhooks,
 };
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -41,6 +42,7 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
     let api = intents::router()
         .merge(idempotency::router())
         .merge(events::router())
+        .merge(webhooks::router(pool.clone(), settings.webhooks))
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(
             auth::Authenticator::new(pool.clone()),

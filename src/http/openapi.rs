@@ -13,7 +13,7 @@ use utoipa::{
     },
 };
 
-use crate::{events, http::health, idempotency, intents, telemetry};
+use crate::{events, http::health, idempotency, intents, telemetry, webhooks};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +30,11 @@ use crate::{events, http::health, idempotency, intents, telemetry};
         events::routes::list,
         events::routes::show,
         events::routes::deliveries,
+        webhooks::endpoints::create,
+        webhooks::endpoints::list,
+        webhooks::endpoints::show,
+        webhooks::endpoints::remove,
+        webhooks::endpoints::rotate_secret,
         health::healthz,
         health::readyz,
         telemetry::metrics::render,
@@ -41,6 +46,7 @@ use crate::{events, http::health, idempotency, intents, telemetry};
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
         (name = "events", description = "What changed, kept 30 days, and its webhook deliveries"),
+        (name = "webhooks", description = "Endpoints that receive every event, signed"),
         (name = "operations", description = "Probes, metrics and this document"),
     )
 )]

@@ -20,6 +20,9 @@ pub const SWEEP_RUNS: &str = "sweeper_runs_total";
 pub const SWEEP_INTENTS_EXPIRED: &str = "sweeper_intents_expired_total";
 pub const SWEEP_KEYS_DELETED: &str = "sweeper_keys_deleted_total";
 pub const SWEEP_EVENTS_DELETED: &str = "sweeper_events_deleted_total";
+pub const WEBHOOK_ATTEMPTS: &str = "webhook_attempts_total";
+pub const WEBHOOK_QUEUE_DEPTH: &str = "webhook_queue_depth";
+pub const WEBHOOK_OLDEST_PENDING: &str = "webhook_oldest_pending_seconds";
 pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
 pub const DB_POOL_WAITING: &str = "db_pool_waiting_requests";
 

@@ -13,3 +13,4 @@ mod network;
 mod operations;
 mod pool;
 mod security;
+mod webhooks;

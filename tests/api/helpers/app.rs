@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use payments_api::{
-    config::{IdempotencySettings, Settings},
+    config::{IdempotencySettings, Settings, WebhookSettings},
     startup::Application,
     sweeper::{self, SweepReport},
 };
@@ -32,6 +32,15 @@ pub fn test_settings(database_url: &str) -> Settings {
             (DEMO_TOKEN.to_owned(), DEMO_MERCHANT.to_owned()),
             (OTHER_TOKEN.to_owned(), OTHER_MERCHANT.to_owned()),
         ],
+        // Receivers in tests listen on 127.0.0.1 over plain HTTP, and retry fast.
+        webhooks: WebhookSettings {
+            timeout: Duration::from_secs(2),
+            retry_base: Duration::from_millis(200),
+            retry_for: WebhookSettings::RETRY_FOR,
+            disable_after: WebhookSettings::DISABLE_AFTER,
+            allow_http: true,
+            allow_private_networks: true,
+        },
     }
 }
 
@@ -168,6 +177,23 @@ impl TestApp {
             .fetch_one(&self.db)
             .await
             .unwrap()
+    }
+
+    /// POST `body` (JSON) to `path` as the merchant of `token`, with an Idempotency-Key if given.
+    pub async fn post_as(&self, token: &str, path: &str, key: Option<&str>, body: &str) -> Answer {
+        let url = format!("{}{path}", self.address);
+        let request = self
+            .client
+            .post(url)
+            .bearer_auth(token)
+            .body(body.to_owned());
+        Answer::send(with_key(request, key)).await
+    }
+
+    /// DELETE `path` as the merchant of `token`.
+    pub async fn delete_as(&self, token: &str, path: &str) -> Answer {
+        let url = format!("{}{path}", self.address);
+        Answer::send(self.client.delete(url).bearer_auth(token)).await
     }
 
     /// GET `path` (with its query) as the merchant of `token`.

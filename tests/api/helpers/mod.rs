@@ -1,18 +1,20 @@
 //! Test harness, by concern: a real PostgreSQL and a fresh database per test ([`database`]), the app
 //! served in this process ([`app`]), the real binary in a process of its own ([`process`]), a
-//! lock that stalls intent inserts from outside the app ([`blocker`]), and a proxy that breaks the
-//! network between the app and its database ([`proxy`]).
+//! lock that stalls intent inserts from outside the app ([`blocker`]), a proxy that breaks the
+//! network between the app and its database ([`proxy`]), and a webhook receiver ([`receiver`]).
 
 mod app;
 mod blocker;
 mod database;
 mod process;
 mod proxy;
+mod receiver;
 
 pub use app::{Answer, TestApp, serve, spawn_create, test_settings};
 pub use database::{empty_database, fresh_database};
 pub use process::ServerProcess;
 pub use proxy::Fault;
+pub use receiver::{Received, Receiver, Reply};
 
 pub const DEMO_TOKEN: &str = "merchant-demo";
 pub const DEMO_MERCHANT: &str = "merchant_demo";
