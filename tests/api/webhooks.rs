@@ -6,7 +6,8 @@ use std::time::Duration;
 use standardwebhooks::Webhook;
 
 use crate::helpers::{
-    Answer, DEMO_MERCHANT, DEMO_TOKEN, Received, Receiver, Reply, SEED_BODY, TestApp,
+    Answer, DEMO_MERCHANT, DEMO_TOKEN, Received, Receiver, Reply, SEED_BODY, ServerProcess,
+    TestApp, fresh_database,
 };
 
 /// Registers an endpoint for `url` (every event type unless `types`); returns its answer.
@@ -359,4 +360,57 @@ async fn two_replicas_deliver_every_event_once() {
     ids.sort();
     ids.dedup();
     assert_eq!((received.len(), ids.len()), (20, 20));
+}
+
+/// The replica sending a delivery is SIGKILLed while the receiver holds the request: once the
+/// lease passes, another replica sends it again, with the same id.
+#[tokio::test]
+async fn a_delivery_cut_short_by_a_killed_replica_is_sent_again_by_another() {
+    let database_url = fresh_database().await;
+    let mut server = ServerProcess::start(
+        &database_url,
+        &[
+            ("WEBHOOK_ALLOW_HTTP", "true"),
+            ("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true"),
+            ("WEBHOOK_TIMEOUT_SECONDS", "2"),
+        ],
+    )
+    .await;
+    let receiver = Receiver::start(vec![Reply::Hang]).await;
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: String| {
+        client
+            .post(format!("{}{path}", server.address))
+            .bearer_auth(DEMO_TOKEN)
+            .body(body)
+            .send()
+    };
+    let endpoint = post(
+        "/v1/webhook_endpoints",
+        format!(r#"{{"url":"{}"}}"#, receiver.url),
+    )
+    .await
+    .unwrap();
+    assert_eq!(endpoint.status(), 201);
+    let created = post("/v1/payment_intents", SEED_BODY.to_owned())
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+
+    let first = receiver.wait_for(1).await;
+    server.child.kill().expect("SIGKILL the delivering replica");
+    server.child.wait().unwrap();
+
+    let other = TestApp::spawn_on(&database_url, |_| {}).await;
+    let received = receiver.wait_for(2).await;
+    assert_eq!(
+        received[1].headers["webhook-id"],
+        first[0].headers["webhook-id"]
+    );
+    other
+        .wait_until(
+            "the delivery is done",
+            "SELECT state = 'delivered' FROM webhook_deliveries",
+        )
+        .await;
 }
