@@ -94,6 +94,19 @@ struct Report {
     replay_ratio: Option<f64>,
     plain_ratio: Option<f64>,
     keyed_vs_unkeyed_latency_at_1_client: Option<f64>,
+    webhooks: Option<WebhookReport>,
+}
+
+/// Deliveries to a local receiver while `clients` clients create intents (one event each).
+#[derive(Debug, Serialize)]
+struct WebhookReport {
+    events_delivered: u64,
+    events_per_second: f64,
+    /// From the commit of a change (its event's `created_at`) to the receiver's first sight of it.
+    lag_p50_ms: f64,
+    lag_p99_ms: f64,
+    /// Fresh creates per second with an endpoint registered, over the same without.
+    create_rate_with_endpoint_ratio: Option<f64>,
 }
 
 #[tokio::main]
@@ -166,6 +179,22 @@ async fn main() -> anyhow::Result<()> {
         };
         workloads.push(run(&server, name, clients, duration, op).await);
     }
+    let webhooks = if wanted("create_fresh_webhook") {
+        let (workload, report) =
+            webhook_delivery(&server, &database_url, clients, duration).await?;
+        let without = workloads
+            .iter()
+            .find(|w| w.name == "create_fresh")
+            .map(|w| w.rps);
+        let with = workload.rps;
+        workloads.push(workload);
+        Some(WebhookReport {
+            create_rate_with_endpoint_ratio: without.filter(|w| *w > 0.0).map(|w| with / w),
+            ..report
+        })
+    } else {
+        None
+    };
     let p50 = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.p50_ms);
     let latency_factor = match (p50("create_keyed_1_client"), p50("create_unkeyed_1_client")) {
         (Some(keyed), Some(unkeyed)) if unkeyed > 0.0 => Some(keyed / unkeyed),
@@ -194,6 +223,7 @@ async fn main() -> anyhow::Result<()> {
         replay_ratio: ratio("replay", "replay"),
         plain_ratio: ratio("create_fresh", "plain"),
         keyed_vs_unkeyed_latency_at_1_client: latency_factor,
+        webhooks,
         api: workloads,
         reference,
     };
@@ -582,6 +612,125 @@ fn print_report(report: &Report) {
         "keyed/unkeyed p50 latency at 1 client = {}",
         show(report.keyed_vs_unkeyed_latency_at_1_client)
     );
+    if let Some(w) = &report.webhooks {
+        println!(
+            "webhooks: {} events delivered, {:.0}/s; commit-to-delivery lag p50 {:.1} ms, p99 {:.1} ms; \
+             fresh creates with an endpoint / without = {}",
+            w.events_delivered,
+            w.events_per_second,
+            w.lag_p50_ms,
+            w.lag_p99_ms,
+            show(w.create_rate_with_endpoint_ratio)
+        );
+    }
+}
+
+/// Registers an endpoint at a receiver of our own, creates fresh intents for `duration` (each
+/// change is one event to deliver), waits until every delivery is done, and measures the rate and
+/// the lag from each change's commit to its arrival.
+async fn webhook_delivery(
+    server: &ApiProcess,
+    database_url: &str,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<(Workload, WebhookReport)> {
+    use axum::{extract::State, http::HeaderMap};
+    type Arrivals = Arc<std::sync::Mutex<Vec<(String, time::OffsetDateTime)>>>;
+    async fn receive(State(arrivals): State<Arrivals>, headers: HeaderMap) -> &'static str {
+        let id = headers
+            .get("webhook-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let now = time::OffsetDateTime::now_utc();
+        arrivals.lock().expect("not poisoned").push((id, now));
+        ""
+    }
+    let arrivals = Arrivals::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hooks", listener.local_addr()?);
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(arrivals.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut db = PgConnection::connect(database_url).await?;
+    sqlx::query(
+        "INSERT INTO webhook_endpoints (merchant_id, id, url, secret) \
+         VALUES ('merchant_demo', 'we_0000000000000000000000be', $1, \
+                 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=')",
+    )
+    .bind(&url)
+    .execute(&mut db)
+    .await?;
+    let workload = run(
+        server,
+        "create_fresh_webhook",
+        clients,
+        duration,
+        Op::CreateFresh,
+    )
+    .await;
+
+    eprintln!("loadgen: waiting for every webhook to be delivered");
+    let drained = Instant::now();
+    loop {
+        let pending: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'")
+                .fetch_one(&mut db)
+                .await?;
+        if pending == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            drained.elapsed() < Duration::from_secs(300),
+            "{pending} webhooks still undelivered after 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let committed: std::collections::HashMap<String, time::OffsetDateTime> = sqlx::query_as(
+        "SELECT e.id, e.created_at FROM events e JOIN webhook_deliveries d \
+             ON d.merchant_id = e.merchant_id AND d.event_id = e.id",
+    )
+    .fetch_all(&mut db)
+    .await?
+    .into_iter()
+    .collect();
+    let arrivals = arrivals.lock().expect("not poisoned").clone();
+    let mut first_seen: std::collections::HashMap<&str, time::OffsetDateTime> =
+        std::collections::HashMap::new();
+    for (id, at) in &arrivals {
+        first_seen.entry(id).or_insert(*at);
+    }
+    let mut lags: Vec<f64> = first_seen
+        .iter()
+        .filter_map(|(id, at)| {
+            let committed = committed.get(*id)?;
+            Some((*at - *committed).as_seconds_f64() * 1000.0)
+        })
+        .collect();
+    lags.sort_by(f64::total_cmp);
+    let quantile = |q: f64| {
+        lags.get(((lags.len() as f64 * q) as usize).min(lags.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let span = match (committed.values().min(), first_seen.values().max()) {
+        (Some(first), Some(last)) => (*last - *first).as_seconds_f64(),
+        _ => 0.0,
+    };
+    let report = WebhookReport {
+        events_delivered: first_seen.len() as u64,
+        events_per_second: if span > 0.0 {
+            first_seen.len() as f64 / span
+        } else {
+            0.0
+        },
+        lag_p50_ms: quantile(0.5),
+        lag_p99_ms: quantile(0.99),
+        create_rate_with_endpoint_ratio: None,
+    };
+    Ok((workload, report))
 }
 
 /// Two bar panels: throughput (API beside reference) and p50/p99 latency per workload.
@@ -668,6 +817,9 @@ impl ApiProcess {
             .env("DATABASE_URL", database_url)
             .env("BIND_ADDR", addr.to_string())
             .env("BOOTSTRAP_API_KEYS", format!("{TOKEN}=merchant_demo"))
+            // The webhook workload's receiver is on this machine, over plain HTTP.
+            .env("WEBHOOK_ALLOW_HTTP", "true")
+            .env("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -19,7 +19,9 @@ CREATE TABLE events (
     UNIQUE (merchant_id, subject_id, subject_version)
 );
 CREATE INDEX events_listing ON events (merchant_id, created_at DESC, id DESC);
-CREATE INDEX events_expiring ON events (created_at);
+-- The retention sweeper's work list. Events arrive in created_at order, so a BRIN index serves it
+-- at a fraction of a B-tree's cost per insert.
+CREATE INDEX events_expiring ON events USING brin (created_at);
 
 CREATE TABLE webhook_endpoints (
     merchant_id     text        NOT NULL,

@@ -3,13 +3,20 @@
 //! timeout, in one statement, so two replicas never send the same attempt at once and a replica
 //! killed mid-delivery only means a redelivery by another once the lease passes. At least once:
 //! a delivery ends only with a 2xx, or after three days of retries.
+//!
+//! Three parts run side by side: the claimer keeps up to [`MAX_IN_FLIGHT`] attempts going (a
+//! slow endpoint holds one slot, not the whole worker), each attempt is a task, and the recorder
+//! writes finished attempts in batches, one statement for whatever finished meanwhile.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
-use tokio::task::JoinSet;
+use tokio::sync::{Semaphore, mpsc};
 
 use super::{
     address::{PublicResolver, check_url},
@@ -24,8 +31,12 @@ use crate::{
 
 /// How often an idle worker looks for due deliveries.
 const POLL_EVERY: Duration = Duration::from_millis(250);
-/// Deliveries taken at once; each is sent by a task of its own.
-const BATCH: i64 = 32;
+/// Attempts under way at once, per replica.
+const MAX_IN_FLIGHT: usize = 64;
+/// Deliveries claimed at once.
+const BATCH: usize = 32;
+/// Finished attempts written by one statement, at most.
+const RECORD_BATCH: usize = 256;
 /// A lease outlasts the attempt's own timeout by this much before another replica may retry it.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// At most this much of an endpoint's answer is read.
@@ -56,35 +67,57 @@ pub async fn run(pool: Pool, settings: WebhookSettings) {
         .user_agent(concat!("payments-api/", env!("CARGO_PKG_VERSION")))
         .build()
         .expect("the webhook HTTP client builds");
+    let (finished, to_record) = mpsc::channel(RECORD_BATCH * 4);
+    let recorder = tokio::spawn(record_finished(pool.clone(), settings, to_record));
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
     loop {
-        let round = deliver_due(&pool, &client, &settings).await;
         if last_gauges.elapsed() >= Duration::from_secs(1) {
             last_gauges = Instant::now();
             if let Err(e) = report_queue(&pool).await {
                 db::observe(&e);
             }
         }
-        match round {
-            // A full batch: more may be due already.
-            Ok(taken) if taken == BATCH as usize => continue,
-            Ok(_) => {}
+        // Wait for a free slot, then claim as many deliveries as there are free slots.
+        drop(slots.acquire().await.expect("never closed"));
+        let wanted = slots.available_permits().min(BATCH);
+        let due = match claim(&pool, &settings, wanted).await {
+            Ok(due) => due,
             Err(e) => {
                 db::observe(&e);
-                tracing::warn!(error = %e, "webhook round failed; retrying");
+                tracing::warn!(error = %e, "claiming webhooks failed; retrying");
+                tokio::time::sleep(POLL_EVERY).await;
+                continue;
             }
+        };
+        let full = due.len() == wanted;
+        for delivery in due {
+            let slot = slots.clone().acquire_owned().await.expect("never closed");
+            let (client, finished) = (client.clone(), finished.clone());
+            tokio::spawn(async move {
+                let outcome = attempt(&client, &settings, delivery).await;
+                let _ = finished.send(outcome).await;
+                drop(slot);
+            });
         }
-        tokio::time::sleep(POLL_EVERY).await;
+        if !full {
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        if recorder.is_finished() {
+            tracing::error!("the webhook recorder stopped; deliveries stop until restart");
+            return;
+        }
     }
 }
 
-async fn deliver_due(
+/// Takes up to `wanted` due deliveries and leases them.
+async fn claim(
     pool: &Pool,
-    client: &reqwest::Client,
     settings: &WebhookSettings,
-) -> Result<usize, sqlx::Error> {
+    wanted: usize,
+) -> Result<Vec<Due>, sqlx::Error> {
     let lease = settings.timeout + LEASE_MARGIN;
-    let due = sqlx::query_as!(
+    sqlx::query_as!(
         Due,
         r#"
         WITH due AS (
@@ -112,45 +145,70 @@ async fn deliver_due(
           JOIN events e ON e.merchant_id = l.merchant_id AND e.id = l.event_id
           JOIN webhook_endpoints w ON w.merchant_id = l.merchant_id AND w.id = l.endpoint_id
         "#,
-        BATCH,
+        wanted as i64,
         lease.as_secs_f64(),
     )
     .fetch_all(&mut *pool.acquire().await?)
-    .await?;
-    let taken = due.len();
-    let mut attempts = JoinSet::new();
-    for delivery in due {
-        let (pool, client, settings) = (pool.clone(), client.clone(), *settings);
-        attempts.spawn(async move { attempt(&pool, &client, &settings, delivery).await });
-    }
-    while attempts.join_next().await.is_some() {}
-    Ok(taken)
+    .await
 }
 
-/// Sends one delivery and records how it went.
-async fn attempt(pool: &Pool, client: &reqwest::Client, settings: &WebhookSettings, due: Due) {
+/// How one attempt went.
+struct Finished {
+    due: Due,
+    started_at: OffsetDateTime,
+    outcome: Result<u16, String>,
+    latency: Duration,
+}
+
+impl Finished {
+    fn delivered(&self) -> bool {
+        matches!(self.outcome, Ok(200..=299))
+    }
+}
+
+/// Sends one delivery, logs and counts how it went.
+async fn attempt(client: &reqwest::Client, settings: &WebhookSettings, due: Due) -> Finished {
     let started_at = OffsetDateTime::now_utc();
     let started = Instant::now();
     let outcome = send(client, settings, &due).await;
-    let latency = started.elapsed();
-    let delivered = matches!(outcome, Ok(200..=299));
-    match &outcome {
+    let finished = Finished {
+        latency: started.elapsed(),
+        started_at,
+        outcome,
+        due,
+    };
+    let (due, latency_ms) = (&finished.due, finished.latency.as_millis() as u64);
+    let delivered = finished.delivered();
+    match &finished.outcome {
         Ok(status) => tracing::info!(
             event = %due.event_id, endpoint = %due.endpoint_id, attempt = due.attempts,
-            status, latency_ms = latency.as_millis() as u64,
+            status, latency_ms,
             "{}", if delivered { "webhook delivered" } else { "webhook attempt failed" }
         ),
         Err(error) => tracing::info!(
             event = %due.event_id, endpoint = %due.endpoint_id, attempt = due.attempts,
-            error = %error, latency_ms = latency.as_millis() as u64, "webhook attempt failed"
+            error = %error, latency_ms, "webhook attempt failed"
         ),
     }
     let label = if delivered { "delivered" } else { "failed" };
     metrics::counter!(names::WEBHOOK_ATTEMPTS, "outcome" => label).increment(1);
-    let recorded = record(pool, settings, &due, started_at, &outcome, latency).await;
-    if let Err(e) = recorded {
-        db::observe(&e);
-        tracing::warn!(error = %e, event = %due.event_id, "could not record a webhook attempt; it will be sent again");
+    finished
+}
+
+/// Writes finished attempts as they come, batching whatever finished while the last write ran.
+/// A write that fails leaves those deliveries leased: they are sent again once the lease passes.
+async fn record_finished(
+    pool: Pool,
+    settings: WebhookSettings,
+    mut to_record: mpsc::Receiver<Finished>,
+) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while to_record.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        if let Err(e) = record(&pool, &settings, &batch).await {
+            db::observe(&e);
+            tracing::warn!(error = %e, attempts = batch.len(), "could not record webhook attempts; they will be sent again");
+        }
+        batch.clear();
     }
 }
 
@@ -228,59 +286,82 @@ fn retry_delay(settings: &WebhookSettings, attempts: i32) -> Duration {
         .unwrap_or(MAX_RETRY_DELAY)
 }
 
-/// Records the attempt, then ends the delivery (a 2xx, or retries exhausted) or schedules the next
-/// try, and keeps the endpoint's failure clock, disabling it after failing long enough. A record
-/// from a lease that already passed to another replica leaves the delivery to that replica.
+/// Records finished attempts, then ends each delivery (a 2xx, or retries exhausted) or schedules
+/// its next try, and keeps each endpoint's failure clock, disabling it after failing long enough.
+/// A record from a lease that already passed to another replica leaves the delivery to that one.
 async fn record(
     pool: &Pool,
     settings: &WebhookSettings,
-    due: &Due,
-    started_at: OffsetDateTime,
-    outcome: &Result<u16, String>,
-    latency: Duration,
+    batch: &[Finished],
 ) -> Result<(), sqlx::Error> {
-    let (status, error) = match outcome {
-        Ok(status) => (i16::try_from(*status).ok(), None),
-        Err(error) => (None, Some(error.as_str())),
-    };
-    let delivered = matches!(outcome, Ok(200..=299));
+    let column = |f: fn(&Finished) -> String| batch.iter().map(f).collect::<Vec<_>>();
+    let merchants = column(|f| f.due.merchant_id.clone());
+    let events = column(|f| f.due.event_id.clone());
+    let endpoints = column(|f| f.due.endpoint_id.clone());
+    let attempts: Vec<i32> = batch.iter().map(|f| f.due.attempts).collect();
+    let started: Vec<OffsetDateTime> = batch.iter().map(|f| f.started_at).collect();
+    let statuses: Vec<Option<i16>> = batch
+        .iter()
+        .map(|f| f.outcome.as_ref().ok().and_then(|s| i16::try_from(*s).ok()))
+        .collect();
+    let errors: Vec<Option<String>> = batch.iter().map(|f| f.outcome.clone().err()).collect();
+    let latencies: Vec<i32> = batch
+        .iter()
+        .map(|f| i32::try_from(f.latency.as_millis()).unwrap_or(i32::MAX))
+        .collect();
+    let delivered: Vec<bool> = batch.iter().map(Finished::delivered).collect();
+    let retry_in: Vec<f64> = batch
+        .iter()
+        .map(|f| retry_delay(settings, f.due.attempts).as_secs_f64())
+        .collect();
     sqlx::query!(
         r#"
-        WITH attempt AS (
+        WITH finished AS (
+            SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[],
+                                 $6::int2[], $7::text[], $8::int[], $9::bool[], $10::float8[])
+                AS f(merchant_id, event_id, endpoint_id, attempt, started_at,
+                     status_code, error, latency_ms, delivered, retry_in)
+        ), attempts AS (
             INSERT INTO webhook_attempts
                 (merchant_id, event_id, endpoint_id, attempt, started_at, status_code, error, latency_ms)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+            SELECT merchant_id, event_id, endpoint_id, attempt, started_at, status_code, error, latency_ms
+              FROM finished
             ON CONFLICT DO NOTHING
-        ), delivery AS (
-            UPDATE webhook_deliveries
-               SET state = CASE WHEN $9 THEN 'delivered'
-                                WHEN created_at <= now() - make_interval(secs => $10) THEN 'failed'
+        ), deliveries AS (
+            UPDATE webhook_deliveries d
+               SET state = CASE WHEN f.delivered THEN 'delivered'
+                                WHEN d.created_at <= now() - make_interval(secs => $11) THEN 'failed'
                                 ELSE 'pending' END,
-                   finished_at = CASE WHEN $9 OR created_at <= now() - make_interval(secs => $10)
+                   finished_at = CASE WHEN f.delivered OR d.created_at <= now() - make_interval(secs => $11)
                                       THEN now() END,
-                   next_attempt_at = CASE WHEN $9 THEN next_attempt_at
-                                          ELSE now() + make_interval(secs => $11) END
-             WHERE merchant_id = $1 AND event_id = $2 AND endpoint_id = $3
-               AND attempts = $4 AND state = 'pending'
+                   next_attempt_at = CASE WHEN f.delivered THEN d.next_attempt_at
+                                          ELSE now() + make_interval(secs => f.retry_in) END
+              FROM finished f
+             WHERE d.merchant_id = f.merchant_id AND d.event_id = f.event_id
+               AND d.endpoint_id = f.endpoint_id AND d.attempts = f.attempt AND d.state = 'pending'
+        ), endpoints AS (
+            SELECT merchant_id, endpoint_id, bool_or(delivered) AS answered
+              FROM finished GROUP BY merchant_id, endpoint_id
         )
-        UPDATE webhook_endpoints
-           SET failing_since = CASE WHEN $9 THEN NULL ELSE COALESCE(failing_since, now()) END,
-               disabled_at = CASE WHEN NOT $9 AND disabled_at IS NULL
-                                   AND COALESCE(failing_since, now()) <= now() - make_interval(secs => $12)
-                                  THEN now() ELSE disabled_at END
-         WHERE merchant_id = $1 AND id = $3
+        UPDATE webhook_endpoints w
+           SET failing_since = CASE WHEN e.answered THEN NULL ELSE COALESCE(w.failing_since, now()) END,
+               disabled_at = CASE WHEN NOT e.answered AND w.disabled_at IS NULL
+                                   AND COALESCE(w.failing_since, now()) <= now() - make_interval(secs => $12)
+                                  THEN now() ELSE w.disabled_at END
+          FROM endpoints e
+         WHERE w.merchant_id = e.merchant_id AND w.id = e.endpoint_id
         "#,
-        due.merchant_id,
-        due.event_id,
-        due.endpoint_id,
-        due.attempts,
-        started_at,
-        status,
-        error,
-        i32::try_from(latency.as_millis()).unwrap_or(i32::MAX),
-        delivered,
+        &merchants,
+        &events,
+        &endpoints,
+        &attempts,
+        &started,
+        &statuses as &[Option<i16>],
+        &errors as &[Option<String>],
+        &latencies,
+        &delivered,
+        &retry_in,
         settings.retry_for.as_secs_f64(),
-        retry_delay(settings, due.attempts).as_secs_f64(),
         settings.disable_after.as_secs_f64(),
     )
     .execute(&mut *pool.acquire().await?)
