@@ -60,6 +60,8 @@ pub struct Inputs<'a> {
     pub replica_pids: &'a [Vec<u32>],
     /// How long after a database fault a 503 is still fair (pools reconnecting).
     pub grace: Duration,
+    /// (merchant, event id) of every event the webhook receiver acknowledged.
+    pub webhooks_received: &'a HashSet<(String, String)>,
 }
 
 /// An intent's state as the checker needs it.
@@ -80,6 +82,8 @@ struct KeyRecord {
 struct Stored {
     intents: HashMap<(String, String), IntentRow>,
     records: HashMap<(String, String), KeyRecord>,
+    /// (merchant, event id, subject, subject version) of every event.
+    events: Vec<(String, String, String, i32)>,
 }
 
 impl Stored {
@@ -117,7 +121,16 @@ impl Stored {
             ((scope, key), record)
         })
         .collect();
-        Ok(Self { intents, records })
+        let events = sqlx::query_as::<_, (String, String, String, i32)>(
+            "SELECT merchant_id, id, subject_id, subject_version FROM events",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok(Self {
+            intents,
+            records,
+            events,
+        })
     }
 
     /// The intent a key's stored response names, if it exists.
@@ -131,7 +144,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 12] = [
+const INVARIANTS: [Invariant; 14] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -144,6 +157,8 @@ const INVARIANTS: [Invariant; 12] = [
     reuse_is_rejected,
     replicas_survive_database_restarts,
     each_intent_moved_at_most_once,
+    one_event_per_state_change,
+    every_event_delivered,
 ];
 
 /// Reads the database and checks every invariant against it and the run's history.
@@ -462,6 +477,59 @@ fn each_intent_moved_at_most_once(stored: &Stored, _: &Inputs) -> Row {
         "each intent moved at most once (version, transitions)",
         stored.intents.len(),
         broken,
+    )
+}
+
+/// Every version of every intent (its creation and each change) has exactly one event, and no
+/// event describes a change that did not commit.
+fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
+    let mut versions: HashMap<(&str, &str), Vec<i32>> = HashMap::new();
+    for (merchant, _, subject, version) in &stored.events {
+        versions
+            .entry((merchant, subject))
+            .or_default()
+            .push(*version);
+    }
+    let mut wrong = versions
+        .keys()
+        .filter(|(merchant, subject)| {
+            !stored
+                .intents
+                .contains_key(&(merchant.to_string(), subject.to_string()))
+        })
+        .count();
+    for ((merchant, id), intent) in &stored.intents {
+        let mut seen = versions
+            .get(&(merchant.as_str(), id.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        seen.sort_unstable();
+        if seen != (1..=intent.version).collect::<Vec<_>>() {
+            wrong += 1;
+        }
+    }
+    row(
+        "every committed state change produced exactly one event",
+        stored.intents.len(),
+        wrong,
+    )
+}
+
+/// Each merchant's endpoint subscribes to every type: it acknowledged every event of its merchant.
+fn every_event_delivered(stored: &Stored, inputs: &Inputs) -> Row {
+    let undelivered = stored
+        .events
+        .iter()
+        .filter(|(merchant, id, ..)| {
+            !inputs
+                .webhooks_received
+                .contains(&(merchant.clone(), id.clone()))
+        })
+        .count();
+    row(
+        "every event was delivered at least once to its endpoint",
+        stored.events.len(),
+        undelivered,
     )
 }
 

@@ -6,6 +6,7 @@ mod checker;
 mod client;
 mod cluster;
 mod faults;
+mod receiver;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -78,6 +79,23 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
+    // Each merchant has an endpoint at the receiver before any load: every event is owed to it.
+    let (receiver_base, received) = receiver::start().await?;
+    {
+        let mut db = PgConnection::connect(&database_url).await?;
+        for (i, merchant) in ["merchant_demo", "merchant_other"].iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO webhook_endpoints (merchant_id, id, url, secret) \
+                 VALUES ($1, $2, $3, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=')",
+            )
+            .bind(merchant)
+            .bind(format!("we_{i:024}"))
+            .bind(format!("{receiver_base}/{merchant}"))
+            .execute(&mut db)
+            .await?;
+        }
+    }
+
     let env = vec![
         ("DATABASE_URL".to_owned(), database_url.clone()),
         (
@@ -94,6 +112,13 @@ async fn main() -> anyhow::Result<()> {
         ),
         ("SWEEP_INTERVAL_SECONDS".to_owned(), "1".to_owned()),
         ("DB_MAX_CONNECTIONS".to_owned(), "8".to_owned()),
+        ("WEBHOOK_ALLOW_HTTP".to_owned(), "true".to_owned()),
+        (
+            "WEBHOOK_ALLOW_PRIVATE_NETWORKS".to_owned(),
+            "true".to_owned(),
+        ),
+        ("WEBHOOK_TIMEOUT_SECONDS".to_owned(), "2".to_owned()),
+        ("WEBHOOK_RETRY_BASE_SECONDS".to_owned(), "1".to_owned()),
         ("RUST_LOG".to_owned(), "info".to_owned()),
     ];
     let mut replicas = Vec::new();
@@ -163,6 +188,8 @@ async fn main() -> anyhow::Result<()> {
         .max_connections(2)
         .connect(&database_url)
         .await?;
+    drain_webhooks(&pool).await?;
+    let webhooks_received = received.lock().unwrap().clone();
     let history = shared.history.lock().unwrap().clone();
     let unresolved = shared.unresolved.lock().unwrap().clone();
     summary(&history, &faults, aged, &pool).await?;
@@ -175,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
             readiness: &readiness,
             replica_pids: &replica_pids,
             grace: Duration::from_secs(5),
+            webhooks_received: &webhooks_received,
         },
     )
     .await?;
@@ -196,6 +224,33 @@ async fn main() -> anyhow::Result<()> {
             "chaos: invariants violated; replica logs in {}",
             args.out.display()
         )
+    }
+}
+
+/// Deliveries that failed during the faults wait out their backoff; the run does not. Their next
+/// attempt is brought forward, then the replicas are given a minute to deliver everything.
+async fn drain_webhooks(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        let pending: i64 = sqlx::query_scalar(
+            "WITH due AS (UPDATE webhook_deliveries SET next_attempt_at = least(next_attempt_at, now()) \
+                          WHERE state = 'pending' AND next_attempt_at > now() + interval '5 s' RETURNING 1) \
+             SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'",
+        )
+        .fetch_one(pool)
+        .await?;
+        if pending == 0 {
+            println!(
+                "\nwebhooks: every delivery done {:.1} s after the load",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            println!("\nwebhooks: {pending} deliveries still pending after 60 s");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
