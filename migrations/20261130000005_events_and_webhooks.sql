@@ -54,8 +54,10 @@ CREATE TABLE webhook_deliveries (
     created_at      timestamptz NOT NULL DEFAULT now(),
     finished_at     timestamptz,
     PRIMARY KEY (merchant_id, event_id, endpoint_id),
-    FOREIGN KEY (merchant_id, event_id) REFERENCES events (merchant_id, id) ON DELETE CASCADE,
-    FOREIGN KEY (merchant_id, endpoint_id) REFERENCES webhook_endpoints (merchant_id, id) ON DELETE CASCADE
+    FOREIGN KEY (merchant_id, event_id) REFERENCES events (merchant_id, id) ON DELETE CASCADE
+    -- No foreign key to webhook_endpoints: its check would lock the endpoint's row (FOR KEY SHARE)
+    -- in every transaction that writes an event, all of them the same row, and PostgreSQL then
+    -- has to build multixacts. Deleting an endpoint deletes its deliveries in the same statement.
 );
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 

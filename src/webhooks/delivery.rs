@@ -350,6 +350,8 @@ async fn record(
                                   THEN now() ELSE w.disabled_at END
           FROM endpoints e
          WHERE w.merchant_id = e.merchant_id AND w.id = e.endpoint_id
+           -- An endpoint that keeps answering is not rewritten on every batch.
+           AND NOT (e.answered AND w.failing_since IS NULL)
         "#,
         &merchants,
         &events,

@@ -276,7 +276,12 @@ pub async fn remove(
 ) -> Result<Json<Deleted>, ApiError> {
     let id = parse_id(&id)?;
     let deleted = sqlx::query!(
-        "DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2",
+        r#"
+        WITH deliveries AS (
+            DELETE FROM webhook_deliveries WHERE merchant_id = $1 AND endpoint_id = $2
+        )
+        DELETE FROM webhook_endpoints WHERE merchant_id = $1 AND id = $2
+        "#,
         merchant.as_str(),
         id,
     )
