@@ -57,11 +57,25 @@ pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     Ok(limit)
 }
 
-/// A page of at most `limit` rows from `limit + 1` fetched, and whether another page follows.
-pub fn into_page<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
-    let has_more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    (rows, has_more)
+/// One page of a listing, newest first.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    /// Whether another page follows (ask with `starting_after` = the last id).
+    pub has_more: bool,
+}
+
+impl<T> Page<T> {
+    /// The page of at most `limit` rows out of `limit + 1` fetched: the extra one only tells that
+    /// another page follows.
+    pub fn of(mut rows: Vec<T>, limit: i64) -> Self {
+        let has_more = rows.len() as i64 > limit;
+        rows.truncate(limit as usize);
+        Self {
+            data: rows,
+            has_more,
+        }
+    }
 }
 
 /// Query-string parameters, with rejections in the API's error format.

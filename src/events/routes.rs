@@ -10,7 +10,7 @@ use crate::{
     auth::MerchantId,
     db::Pool,
     error::{ApiError, ErrorBody},
-    extract::{PathParam, QueryParams, into_page, page_limit},
+    extract::{Page, PathParam, QueryParams, page_limit},
     ids,
 };
 
@@ -37,14 +37,6 @@ pub struct ListParams {
     kind: Option<String>,
 }
 
-/// A page of events, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct EventPage {
-    data: Vec<Event>,
-    /// Whether another page follows (ask with `starting_after` = the last id).
-    has_more: bool,
-}
-
 /// List events, newest first, in cursor pages.
 #[utoipa::path(
     get,
@@ -53,7 +45,7 @@ pub struct EventPage {
     tag = "events",
     params(ListParams),
     responses(
-        (status = 200, description = "One page", body = EventPage),
+        (status = 200, description = "One page", body = Page<Event>),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
     )
 )]
@@ -61,7 +53,7 @@ pub async fn list(
     State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
     QueryParams(params): QueryParams<ListParams>,
-) -> Result<Json<EventPage>, ApiError> {
+) -> Result<Json<Page<Event>>, ApiError> {
     let limit = page_limit(params.limit)?;
     let mut conn = pool.acquire().await?;
     let cursor = match params.starting_after {
@@ -82,8 +74,7 @@ pub async fn list(
         limit + 1,
     )
     .await?;
-    let (data, has_more) = into_page(rows, limit);
-    Ok(Json(EventPage { data, has_more }))
+    Ok(Json(Page::of(rows, limit)))
 }
 
 /// Retrieve an event.

@@ -9,7 +9,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
@@ -21,7 +21,7 @@ use crate::{
     auth::MerchantId,
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
-    extract::{JsonBody, PathParam, QueryParams, into_page, page_limit, parse_json},
+    extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
 };
 
 pub fn router() -> Router<Pool> {
@@ -177,14 +177,6 @@ pub struct ListParams {
     state: Option<String>,
 }
 
-/// A page of intents, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Page {
-    data: Vec<PaymentIntent>,
-    /// Whether another page follows (ask with `starting_after` = the last id).
-    has_more: bool,
-}
-
 /// List payment intents, newest first, in cursor pages.
 #[utoipa::path(
     get,
@@ -193,7 +185,7 @@ pub struct Page {
     tag = "payment_intents",
     params(ListParams),
     responses(
-        (status = 200, description = "One page", body = Page),
+        (status = 200, description = "One page", body = Page<PaymentIntent>),
         (status = 400, description = "`invalid_request`", body = ErrorBody),
     )
 )]
@@ -201,7 +193,7 @@ pub async fn list(
     State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
     QueryParams(params): QueryParams<ListParams>,
-) -> Result<Json<Page>, ApiError> {
+) -> Result<Json<Page<PaymentIntent>>, ApiError> {
     let limit = page_limit(params.limit)?;
     let state = params
         .state
@@ -228,8 +220,7 @@ pub async fn list(
     };
     // One extra row tells whether another page follows.
     let rows = repo::list(&mut conn, &merchant, state, cursor.as_ref(), limit + 1).await?;
-    let (data, has_more) = into_page(rows, limit);
-    Ok(Json(Page { data, has_more }))
+    Ok(Json(Page::of(rows, limit)))
 }
 
 /// Any string that could not be an id is simply not found: a path is not validated input.
