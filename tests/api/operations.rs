@@ -274,3 +274,39 @@ fn help_documents_every_setting() {
         );
     }
 }
+
+/// An unreachable database is named for what it is, the first thing a new user meets: the
+/// command says why it failed, and `serve` logs the cause at start (it still starts: `/healthz`
+/// answers, requests get 503).
+#[tokio::test]
+async fn an_unreachable_database_is_reported_with_its_real_cause() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let database_url = format!("postgres://postgres@127.0.0.1:{port}/payments");
+    let created = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .args(["api-keys", "create", "--merchant", "m"])
+        .env("DATABASE_URL", &database_url)
+        .output()
+        .unwrap();
+    assert!(!created.status.success());
+    let said = String::from_utf8_lossy(&created.stderr);
+    assert!(said.contains("Connection refused"), "{said}");
+    assert!(!said.contains("pool timed out"), "{said}");
+
+    let server = ServerProcess::start(&database_url, &[("BOOTSTRAP_API_KEYS", "")]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !server.logs().contains("cannot reach the database") {
+        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let logs = server.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("cannot reach the database"))
+        .unwrap();
+    assert!(line.contains("Connection refused"), "{line}");
+}
