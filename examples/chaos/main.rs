@@ -79,22 +79,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
-    // Each merchant has an endpoint at the receiver before any load: every event is owed to it.
-    let (receiver_base, received) = receiver::start().await?;
-    {
-        let mut db = PgConnection::connect(&database_url).await?;
-        for (i, merchant) in ["merchant_demo", "merchant_other"].iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO webhook_endpoints (merchant_id, id, url, secret) \
-                 VALUES ($1, $2, $3, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=')",
-            )
-            .bind(merchant)
-            .bind(format!("we_{i:024}"))
-            .bind(format!("{receiver_base}/{merchant}"))
-            .execute(&mut db)
-            .await?;
-        }
-    }
+    let received = receiver::start_for(&database_url, &["merchant_demo", "merchant_other"]).await?;
 
     let env = vec![
         ("DATABASE_URL".to_owned(), database_url.clone()),

@@ -1,4 +1,4 @@
-//! The chaos run's webhook receiver: one path per merchant, a 500 now and then so retries happen
+//! The chaos run's webhook receiver: one endpoint (path) per merchant, a 500 now and then so retries happen
 //! under the faults too, and a record of every event id each merchant's endpoint received.
 
 use std::{
@@ -14,6 +14,7 @@ use axum::{
     extract::{Path, State},
     http::{HeaderMap, StatusCode},
 };
+use sqlx::{Connection, PgConnection};
 
 /// (merchant, event id) of every delivery answered 2xx.
 pub type Received = Arc<Mutex<HashSet<(String, String)>>>;
@@ -24,8 +25,9 @@ struct Shared {
     requests: Arc<AtomicU64>,
 }
 
-/// Serves on a free port; returns the base URL (`http://127.0.0.1:port`) and the record.
-pub async fn start() -> anyhow::Result<(String, Received)> {
+/// Serves on a free port and registers an endpoint there for each merchant, before any load, so
+/// every event is owed to it. Returns the record of what arrived.
+pub async fn start_for(database_url: &str, merchants: &[&str]) -> anyhow::Result<Received> {
     let shared = Shared::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -33,7 +35,19 @@ pub async fn start() -> anyhow::Result<(String, Received)> {
         .route("/{merchant}", axum::routing::post(receive))
         .with_state(shared.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((base, shared.received))
+    let mut db = PgConnection::connect(database_url).await?;
+    for (i, merchant) in merchants.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO webhook_endpoints (merchant_id, id, url, secret) \
+             VALUES ($1, $2, $3, 'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=')",
+        )
+        .bind(merchant)
+        .bind(format!("we_{i:024}"))
+        .bind(format!("{base}/{merchant}"))
+        .execute(&mut db)
+        .await?;
+    }
+    Ok(shared.received)
 }
 
 async fn receive(
