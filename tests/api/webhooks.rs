@@ -414,3 +414,26 @@ async fn a_delivery_cut_short_by_a_killed_replica_is_sent_again_by_another() {
         )
         .await;
 }
+
+/// At most 64 KiB of an answer is read: an endpoint that sends more, and then nothing, has
+/// answered (here 200, so delivered) as soon as 64 KiB arrived, not at the timeout.
+#[tokio::test]
+async fn only_the_first_64_kib_of_an_answer_are_read() {
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start(vec![Reply::EndlessBody(128 * 1024)]).await;
+    register(&app, &receiver.url, None).await;
+    app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    app.wait_until(
+        "the delivery is done",
+        "SELECT state = 'delivered' FROM webhook_deliveries",
+    )
+    .await;
+    let (attempts, status, latency_ms): (i64, Option<i16>, Option<i32>) =
+        sqlx::query_as("SELECT count(*), max(status_code), max(latency_ms) FROM webhook_attempts")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!((attempts, status), (1, Some(200)));
+    // Reading on would have waited for the rest until the 2 s timeout cut it.
+    assert!(latency_ms.unwrap() < 2000, "{latency_ms:?} ms");
+}

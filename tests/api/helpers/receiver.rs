@@ -24,6 +24,8 @@ pub enum Reply {
     Hang,
     /// 302 to this URL.
     Redirect(String),
+    /// 200 with a body of this many bytes, then the rest never comes.
+    EndlessBody(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -100,5 +102,12 @@ async fn receive(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) 
         Reply::Status(status) => StatusCode::from_u16(status).unwrap().into_response(),
         Reply::Hang => std::future::pending().await,
         Reply::Redirect(to) => (StatusCode::FOUND, [(header::LOCATION, to)]).into_response(),
+        Reply::EndlessBody(sent) => {
+            let first = futures::stream::once(async move {
+                Ok::<_, std::convert::Infallible>(Bytes::from(vec![b'x'; sent]))
+            });
+            let body = futures::StreamExt::chain(first, futures::stream::pending());
+            axum::body::Body::from_stream(body).into_response()
+        }
     }
 }
