@@ -448,6 +448,22 @@ fn replicas_survive_database_restarts(_: &Stored, inputs: &Inputs) -> Row {
             });
             if !(disturbed || (during && after)) {
                 not_recovered += 1;
+                let seen: Vec<String> = inputs
+                    .readiness
+                    .iter()
+                    .filter(|(t, r, _)| {
+                        *r == replica
+                            && *t + Duration::from_secs(2) >= restart.started
+                            && *t <= window_end + Duration::from_secs(5)
+                    })
+                    .map(|(t, _, s)| format!("{:.1}s:{s}", t.as_secs_f64()))
+                    .collect();
+                eprintln!(
+                    "checker: replica {replica} around the restart at {:.1}s–{:.1}s (503 seen: {during}, 200 after: {after}): {}",
+                    restart.started.as_secs_f64(),
+                    restart.ended.as_secs_f64(),
+                    seen.join(" ")
+                );
             }
         }
     }
