@@ -108,11 +108,11 @@ async fn handle_post(
         Err(error) => return outcome(error.into_response(), OutcomeKind::Rejected, None),
     };
     let deadline = admitted.deadline;
-    let Some(key) = admitted.key else {
+    let Some((key, fingerprint)) = admitted.keyed else {
         let (response, ending) = execute(state, admitted.request, next, None, deadline).await;
         return outcome(response, ending.or(OutcomeKind::Unkeyed), None);
     };
-    let (scope, fingerprint) = (admitted.scope, admitted.fingerprint);
+    let scope = admitted.scope;
     let (claim, connection, token) = match claim(state, &scope, &key, &fingerprint).await {
         Ok(claimed) => claimed,
         Err(e) => {
@@ -237,8 +237,9 @@ fn replayed(stored: StoredResponse) -> Response {
 struct Admitted {
     request: Request,
     scope: Scope,
-    key: Option<IdempotencyKey>,
-    fingerprint: Fingerprint,
+    /// The key and the request's fingerprint; `None` for a POST without a key, which is never
+    /// fingerprinted.
+    keyed: Option<(IdempotencyKey, Fingerprint)>,
     deadline: Instant,
 }
 
@@ -265,21 +266,25 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
             .map_err(|_| ApiError::BodyTimeout {
                 seconds: state.request_timeout.as_secs(),
             })??;
-    let target = request
-        .extensions()
-        .get::<OriginalUri>()
-        .map_or_else(|| request.uri().clone(), |original| original.0.clone());
-    let path_and_query = target
-        .path_and_query()
-        .map_or(target.path(), |pq| pq.as_str());
-    let fingerprint = Fingerprint::of(request.method().as_str(), path_and_query, &body);
+    let keyed = key.map(|key| (key, fingerprint(&request, &body)));
     Ok(Admitted {
         request,
         scope,
-        key,
-        fingerprint,
+        keyed,
         deadline,
     })
+}
+
+/// The request's fingerprint: method, the target as the client sent it, raw body.
+fn fingerprint(request: &Request, body: &[u8]) -> Fingerprint {
+    let target = request
+        .extensions()
+        .get::<OriginalUri>()
+        .map_or_else(|| request.uri(), |original| &original.0);
+    let path_and_query = target
+        .path_and_query()
+        .map_or(target.path(), |pq| pq.as_str());
+    Fingerprint::of(request.method().as_str(), path_and_query, body)
 }
 
 /// How a request's transaction ended, when not as the claim said it would.

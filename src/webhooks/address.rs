@@ -13,6 +13,7 @@ use reqwest::{
     Url,
     dns::{Addrs, Name, Resolve, Resolving},
 };
+use url::Host;
 
 use crate::config::WebhookSettings;
 
@@ -66,11 +67,14 @@ pub fn check_url(raw: &str, settings: &WebhookSettings) -> Result<Url, String> {
         "http" => return Err("must be https".to_owned()),
         other => return Err(format!("scheme {other} is not http(s)")),
     }
-    let host = url.host_str().ok_or("has no host")?;
-    if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-        if !settings.allow_private_networks && !is_public(ip) {
-            return Err(format!("{ip} is not a public address"));
-        }
+    let ip = match url.host().ok_or("has no host")? {
+        Host::Ipv4(ip) => IpAddr::V4(ip),
+        Host::Ipv6(ip) => IpAddr::V6(ip),
+        // A name is checked when it is resolved, here and by the delivering client.
+        Host::Domain(_) => return Ok(url),
+    };
+    if !settings.allow_private_networks && !is_public(ip) {
+        return Err(format!("{ip} is not a public address"));
     }
     Ok(url)
 }

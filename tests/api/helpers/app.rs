@@ -157,14 +157,14 @@ impl TestApp {
 
     /// GET /v1/payment_intents?{query}.
     pub async fn list(&self, token: &str, query: &str) -> Answer {
-        let url = format!("{}/v1/payment_intents?{query}", self.address);
-        Answer::send(self.client.get(url).bearer_auth(token)).await
+        self.get_as(token, &format!("/v1/payment_intents?{query}"))
+            .await
     }
 
     /// GET /v1/payment_intents/{id}.
     pub async fn get_intent(&self, token: &str, id: &str) -> Answer {
-        let url = format!("{}/v1/payment_intents/{id}", self.address);
-        Answer::send(self.client.get(url).bearer_auth(token)).await
+        self.get_as(token, &format!("/v1/payment_intents/{id}"))
+            .await
     }
 
     /// An unauthenticated GET (health, metrics, the OpenAPI document, unknown routes).
