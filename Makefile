@@ -8,7 +8,7 @@ BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 SQLX_OFFLINE ?= true
 export DATABASE_URL BOOTSTRAP_API_KEYS SQLX_OFFLINE
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos schemathesis fuzz
+.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos schemathesis fuzz chain-tools contracts contracts-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -16,8 +16,20 @@ help: ## list the targets
 api-run: ## serve on :8080 against the local PostgreSQL (creates and migrates the database)
 	cargo run --bin payments-api -- serve --migrate
 
-test: ## all tests; PostgreSQL from testcontainers, or TEST_DATABASE_URL if set
+test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE_URL), anvil per test
 	cargo test --all-targets
+
+CHAIN_TOOLS := contracts/node_modules/.bin/anvil
+chain-tools: $(CHAIN_TOOLS) ## anvil, cast, solc and OpenZeppelin, pinned, from npm into contracts/
+$(CHAIN_TOOLS): contracts/package.json contracts/package-lock.json
+	npm ci --prefix contracts --no-audit --no-fund
+	touch $@
+
+contracts: chain-tools ## rebuild contracts/build/DevnetUSD.json from contracts/src with the pinned solc
+	node contracts/build.js
+
+contracts-check: chain-tools ## fail if the committed token artifact differs from a fresh build
+	node contracts/build.js --check
 
 lint: migrate ## rustfmt, clippy and the committed sqlx metadata (against a migrated DATABASE_URL)
 	cargo fmt --all -- --check

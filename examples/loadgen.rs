@@ -830,10 +830,10 @@ impl ApiProcess {
             if let Some(status) = child.try_wait()? {
                 bail!("payments-api exited during start-up: {status}");
             }
-            if let Ok(mut connection) = HttpConnection::open(addr).await {
-                if connection.get("/readyz").await.ok() == Some(200) {
-                    return Ok(Self { child, addr });
-                }
+            if let Ok(mut connection) = HttpConnection::open(addr).await
+                && connection.get("/readyz").await.ok() == Some(200)
+            {
+                return Ok(Self { child, addr });
             }
             if started.elapsed() > Duration::from_secs(30) {
                 bail!("payments-api did not become ready");

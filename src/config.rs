@@ -36,6 +36,12 @@ pub enum Command {
     ApiKeys(ApiKeysCommand),
     /// Print the OpenAPI 3.1 document (the committed `openapi.json`).
     Openapi,
+    /// Deploy the devnet token on a fresh anvil (idempotent; needs no database).
+    Devnet {
+        /// The anvil node's JSON-RPC URL.
+        #[arg(long, env = "DEVNET_RPC_URL", default_value = "http://127.0.0.1:8545")]
+        rpc_url: url::Url,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,6 +136,28 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE_NETWORKS", default_value_t = false, action = clap::ArgAction::Set)]
     pub webhook_allow_private_networks: bool,
 
+    /// Chains whose intents settle on chain: "evm:<chain id>=<rpc url>[,...]". Unset: settlement
+    /// is off and intents may name any chain.
+    #[arg(long, env = "CHAINS")]
+    pub chains: Option<String>,
+
+    /// Confirmations a block needs before its payments settle intents (1 = the head itself).
+    #[arg(long, env = "CHAIN_CONFIRMATIONS", default_value_t = 12)]
+    pub chain_confirmations: u64,
+
+    /// How often the listener and the relayer look at each chain, in milliseconds.
+    #[arg(long, env = "CHAIN_POLL_INTERVAL_MS", default_value_t = 1000)]
+    pub chain_poll_interval_ms: u64,
+
+    /// The relayer's key (0x + 64 hex digits), which pays the gas of submitted authorizations.
+    /// Unset: nothing is submitted; payers submit their own authorizations.
+    #[arg(long, env = "RELAYER_PRIVATE_KEY", hide_env_values = true)]
+    pub relayer_private_key: Option<String>,
+
+    /// Blocks a relayed transaction may wait unmined before it is replaced with higher fees.
+    #[arg(long, env = "RELAYER_REPLACE_AFTER_BLOCKS", default_value_t = 3)]
+    pub relayer_replace_after_blocks: u64,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
@@ -151,6 +179,91 @@ pub struct Settings {
     pub sweep_interval: Duration,
     pub bootstrap_api_keys: Vec<(String, String)>,
     pub webhooks: WebhookSettings,
+    pub settlement: SettlementSettings,
+}
+
+/// Settlement on chain (`docs/settlement.md`): off when `chains` is empty.
+#[derive(Clone)]
+pub struct SettlementSettings {
+    pub chains: Vec<ChainEndpoint>,
+    pub confirmations: u64,
+    pub poll_interval: Duration,
+    /// 0x + 64 hex digits; never logged.
+    pub relayer_private_key: Option<String>,
+    pub replace_after_blocks: u64,
+}
+
+impl SettlementSettings {
+    pub fn off() -> Self {
+        Self {
+            chains: Vec::new(),
+            confirmations: 12,
+            poll_interval: Duration::from_secs(1),
+            relayer_private_key: None,
+            replace_after_blocks: 3,
+        }
+    }
+
+    /// The served chain an intent names (`evm:<id>`), if settlement serves it.
+    pub fn chain(&self, name: &str) -> Option<&ChainEndpoint> {
+        self.chains.iter().find(|chain| chain.name == name)
+    }
+
+    pub fn chain_names(&self) -> Vec<String> {
+        self.chains.iter().map(|chain| chain.name.clone()).collect()
+    }
+}
+
+impl std::fmt::Debug for SettlementSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettlementSettings")
+            .field("chains", &self.chains)
+            .field("confirmations", &self.confirmations)
+            .field("poll_interval", &self.poll_interval)
+            .field(
+                "relayer",
+                &self.relayer_private_key.as_ref().map(|_| "<set>"),
+            )
+            .field("replace_after_blocks", &self.replace_after_blocks)
+            .finish()
+    }
+}
+
+/// One chain that settlement serves: `evm:<id>` and the JSON-RPC URL of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainEndpoint {
+    /// `evm:<id>`, as intents name it.
+    pub name: String,
+    pub id: u64,
+    pub rpc_url: url::Url,
+}
+
+/// Parses `evm:<chain id>=<rpc url>[,...]`; blanks around entries are ignored.
+pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
+    let mut chains: Vec<ChainEndpoint> = Vec::new();
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, url) = entry.split_once('=').with_context(|| {
+            format!("CHAINS entry {entry:?} must look like evm:<chain id>=<rpc url>")
+        })?;
+        let id = name
+            .strip_prefix("evm:")
+            .filter(|id| !id.starts_with('0'))
+            .and_then(|id| id.parse::<u64>().ok())
+            .with_context(|| format!("CHAINS: {name:?} is not evm:<chain id>"))?;
+        let rpc_url = url::Url::parse(url.trim())
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https"))
+            .with_context(|| format!("CHAINS: the RPC URL of {name} must be http(s)://…"))?;
+        if chains.iter().any(|c| c.id == id) {
+            bail!("CHAINS names {name} twice");
+        }
+        chains.push(ChainEndpoint {
+            name: name.to_owned(),
+            id,
+            rpc_url,
+        });
+    }
+    Ok(chains)
 }
 
 /// How webhooks are delivered (`docs/api.md`, "Webhooks").
@@ -234,6 +347,13 @@ impl ServeArgs {
                 allow_http: self.webhook_allow_http,
                 allow_private_networks: self.webhook_allow_private_networks,
             },
+            settlement: SettlementSettings {
+                chains: parse_chains(self.chains.as_deref().unwrap_or(""))?,
+                confirmations: self.chain_confirmations.max(1),
+                poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
+                relayer_private_key: self.relayer_private_key.clone(),
+                replace_after_blocks: self.relayer_replace_after_blocks.max(1),
+            },
         })
     }
 }
@@ -271,6 +391,26 @@ mod tests {
             resolve_bind_addr("localhost").is_err(),
             "a port is required"
         );
+    }
+
+    #[test]
+    fn chains_parse_ids_and_urls() {
+        let chains =
+            parse_chains("evm:31337=http://127.0.0.1:8545, evm:1=https://rpc.example").unwrap();
+        assert_eq!(chains[0].name, "evm:31337");
+        assert_eq!(chains[0].id, 31337);
+        assert_eq!(chains[1].rpc_url.as_str(), "https://rpc.example/");
+        for bad in [
+            "evm:0=http://x",
+            "evm:01=http://x",
+            "31337=http://x",
+            "evm:1",
+            "evm:1=ftp://x",
+            "evm:1=http://a,evm:1=http://b",
+        ] {
+            assert!(parse_chains(bad).is_err(), "{bad}");
+        }
+        assert!(parse_chains("").unwrap().is_empty());
     }
 
     #[test]

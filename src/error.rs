@@ -73,6 +73,12 @@ pub enum ApiError {
     /// Not ready to serve (readiness probe).
     #[error("{0}")]
     Unready(String),
+    /// The intent's token does not implement EIP-3009, so it cannot be paid by authorization.
+    #[error("{0}")]
+    TokenNotSupported(String),
+    /// The chain's node did not answer what this request needs from it; nothing was changed.
+    #[error("{0}")]
+    ChainUnavailable(String),
 }
 
 /// The body of every error response.
@@ -115,6 +121,12 @@ impl ApiError {
             .map(|rendered| &*rendered.0)
     }
 
+    /// Whether the handler failed on something outside it (the database, a chain) before changing
+    /// anything: its transaction is rolled back and nothing is stored for replay.
+    pub fn changed_nothing(&self) -> bool {
+        matches!(self, Self::Database(_) | Self::ChainUnavailable(_))
+    }
+
     /// Whether the database failed in a way no retry fixes (a 500), as opposed to being
     /// unreachable for now (a 503).
     fn is_database_bug(&self) -> bool {
@@ -135,12 +147,14 @@ impl ApiError {
             Self::InvalidStateTransition(_) => "invalid_state_transition",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Self::TokenNotSupported(_) => "token_not_supported",
             Self::Internal(_) => "internal_error",
             _ if self.is_database_bug() => "internal_error",
             Self::Database(_)
             | Self::CommitOutcomeUnknown { .. }
             | Self::Timeout { .. }
-            | Self::Unready(_) => "unavailable",
+            | Self::Unready(_)
+            | Self::ChainUnavailable(_) => "unavailable",
         }
     }
 
@@ -157,13 +171,16 @@ impl ApiError {
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::IdempotencyKeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::IdempotencyKeyReused { .. } | Self::TokenNotSupported(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ if self.is_database_bug() => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Database(_)
             | Self::CommitOutcomeUnknown { .. }
             | Self::Timeout { .. }
-            | Self::Unready(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::Unready(_)
+            | Self::ChainUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

@@ -6,6 +6,8 @@
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
 //! - [`events`]: what changed, written with the change (the outbox), and its API
 //! - [`webhooks`]: endpoints, and the signed, at-least-once delivery of every event to them
+//! - [`chain`]: EVM chains: nodes, the EIP-3009 token, authorizations, the devnet
+//! - [`settlement`]: intents paid on chain: authorization and confirm, relayer, listener
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
@@ -17,6 +19,7 @@
 //! base, never the other way round (`docs/design.md`, "Layout").
 
 pub mod auth;
+pub mod chain;
 pub mod config;
 pub mod db;
 pub mod deadline;
@@ -27,6 +30,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod intents;
+pub mod settlement;
 pub mod startup;
 pub mod sweeper;
 pub mod telemetry;

@@ -19,6 +19,16 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("migrations applied");
             Ok(())
         }
+        Some(Command::Devnet { rpc_url }) => {
+            let devnet = payments_api::chain::devnet::set_up(&rpc_url).await?;
+            let what = if devnet.deployed_now {
+                "deployed"
+            } else {
+                "already deployed"
+            };
+            println!("devnet token {what} at {} on {rpc_url}", devnet.token);
+            Ok(())
+        }
         Some(Command::Openapi) => {
             print!("{}", payments_api::http::openapi::document());
             Ok(())

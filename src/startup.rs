@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use crate::{
     auth,
     config::{Settings, WebhookSettings},
-    db, http, sweeper, webhooks,
+    db, http, settlement, sweeper, webhooks,
 };
 
 pub struct Application {
@@ -23,6 +23,7 @@ pub struct Application {
     sweep_interval: Duration,
     request_timeout: Duration,
     webhooks: WebhookSettings,
+    settlement: settlement::Chains,
 }
 
 impl Application {
@@ -47,6 +48,7 @@ impl Application {
             sweep_interval: settings.sweep_interval,
             request_timeout: settings.request_timeout,
             webhooks: settings.webhooks,
+            settlement: settlement::Chains::new(&settings.settlement),
         })
     }
 
@@ -60,7 +62,13 @@ impl Application {
     /// request timeout to finish (their own timeout rolls back any that run longer).
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
-        let sweeper = tokio::spawn(sweeper::run(self.pool.clone(), self.sweep_interval));
+        let settled_chains = self.settlement.settings.chain_names();
+        let sweeper = tokio::spawn(sweeper::run(
+            self.pool.clone(),
+            self.sweep_interval,
+            settled_chains,
+        ));
+        let chain_work = settlement::spawn(&self.pool, &self.settlement)?;
         let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
         let webhooks = tokio::spawn(webhooks::delivery::run(self.pool.clone(), self.webhooks));
         tokio::spawn(report_database(self.pool.clone()));
@@ -70,6 +78,8 @@ impl Application {
         keeper.abort();
         // A delivery cut short here is sent again once its lease passes.
         webhooks.abort();
+        // The listener and relayer keep all their state in PostgreSQL; they resume from it.
+        chain_work.iter().for_each(|task| task.abort());
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use crate::{db::Pool, events, idempotency, intents, telemetry::metrics as names};
+use crate::{
+    db::Pool, events, idempotency, intents, intents::repo::Expiry, telemetry::metrics as names,
+};
 
 /// Rows per statement: small enough to keep each transaction short.
 pub const BATCH: i64 = 500;
@@ -20,11 +22,16 @@ pub struct SweepReport {
     pub events_deleted: u64,
 }
 
-/// One round of both sweepers.
-pub async fn sweep_once(conn: &mut PgConnection) -> Result<SweepReport, sqlx::Error> {
+/// One round of both sweepers. Intents on `settled_chains` are left to their chain's listener,
+/// which expires them by the chain's time, not ours (`docs/settlement.md`, "Expiry").
+pub async fn sweep_once(
+    conn: &mut PgConnection,
+    settled_chains: &[String],
+) -> Result<SweepReport, sqlx::Error> {
     let mut report = SweepReport::default();
+    let expiry = Expiry::Clock { settled_chains };
     for _ in 0..MAX_BATCHES_PER_TICK {
-        let expired = intents::repo::expire_due(conn, BATCH).await?;
+        let expired = intents::repo::expire_due(conn, BATCH, &expiry).await?;
         report.intents_expired += expired;
         if expired < BATCH as u64 {
             break;
@@ -49,14 +56,14 @@ pub async fn sweep_once(conn: &mut PgConnection) -> Result<SweepReport, sqlx::Er
 
 /// Sweeps every `interval` until the task is dropped. A failed round (database down) is logged
 /// and retried next tick; it never stops the loop.
-pub async fn run(pool: Pool, interval: Duration) {
+pub async fn run(pool: Pool, interval: Duration, settled_chains: Vec<String>) {
     // The first round comes one interval after start, not at once: a replica starting up has
     // better things to do, and the rounds of all replicas spread out.
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let round = async { sweep_once(&mut *pool.acquire().await?).await }.await;
+        let round = async { sweep_once(&mut *pool.acquire().await?, &settled_chains).await }.await;
         metrics::counter!(names::SWEEP_RUNS, "result" => if round.is_ok() { "ok" } else { "error" }).increment(1);
         if let Ok(report) = &round {
             metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);

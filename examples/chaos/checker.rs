@@ -181,10 +181,10 @@ fn creates(history: &[Exchange]) -> impl Iterator<Item = &Exchange> {
 fn one_key_per_intent(stored: &Stored, _: &Inputs) -> Row {
     let mut created_by: HashMap<(String, String), usize> = HashMap::new();
     for ((scope, _), record) in &stored.records {
-        if record.status == Some(201) {
-            if let Some(id) = body_id(record.body.as_deref()) {
-                *created_by.entry((scope.clone(), id)).or_default() += 1;
-            }
+        if record.status == Some(201)
+            && let Some(id) = body_id(record.body.as_deref())
+        {
+            *created_by.entry((scope.clone(), id)).or_default() += 1;
         }
     }
     let orphans = stored

@@ -23,7 +23,7 @@ use crate::{
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents,
+    intents, settlement,
     telemetry::{self, metrics},
     webhooks,
 };
@@ -39,7 +39,9 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
     };
     // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
     // authentication runs before the idempotency layer ever reads a key.
-    let api = intents::router()
+    let chains = settlement::Chains::new(&settings.settlement);
+    let api = intents::router(settings.settlement.chain_names())
+        .merge(settlement::routes::router(chains))
         .merge(idempotency::router())
         .merge(events::router())
         .merge(webhooks::router(pool.clone(), settings.webhooks))

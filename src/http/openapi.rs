@@ -13,7 +13,7 @@ use utoipa::{
     },
 };
 
-use crate::{events, http::health, idempotency, intents, telemetry, webhooks};
+use crate::{events, http::health, idempotency, intents, settlement, telemetry, webhooks};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -26,6 +26,8 @@ use crate::{events, http::health, idempotency, intents, telemetry, webhooks};
         intents::handlers::list,
         intents::handlers::show,
         intents::handlers::cancel,
+        settlement::routes::authorization,
+        settlement::routes::confirm,
         idempotency::routes::show,
         events::routes::list,
         events::routes::show,
@@ -44,6 +46,7 @@ use crate::{events, http::health, idempotency, intents, telemetry, webhooks};
     modifiers(&GenericLayers),
     tags(
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
+        (name = "settlement", description = "Pay an intent on chain with an EIP-3009 authorization"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
         (name = "events", description = "What changed, kept 30 days, and its webhook deliveries"),
         (name = "webhooks", description = "Endpoints that receive every event, signed"),
@@ -126,16 +129,16 @@ fn idempotent_post(operation: &mut Operation) {
     operation.parameters.get_or_insert_with(Vec::new).push(key);
 
     for (status, response) in operation.responses.responses.iter_mut() {
-        if let RefOr::T(response) = response {
-            if status.starts_with('2') || status.starts_with('4') {
-                response.headers.insert(
-                    "Idempotent-Replayed".to_owned(),
-                    HeaderBuilder::new()
-                        .schema(ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true"])))
-                        .description(Some("Present, as `true`, when this is the stored answer of an earlier execution"))
-                        .build(),
-                );
-            }
+        if let RefOr::T(response) = response
+            && (status.starts_with('2') || status.starts_with('4'))
+        {
+            response.headers.insert(
+                "Idempotent-Replayed".to_owned(),
+                HeaderBuilder::new()
+                    .schema(ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["true"])))
+                    .description(Some("Present, as `true`, when this is the stored answer of an earlier execution"))
+                    .build(),
+            );
         }
     }
     add_error(

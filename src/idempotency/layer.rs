@@ -376,8 +376,8 @@ async fn run_in_transaction(
         let error = ApiError::internal("the handler kept the request transaction");
         return abort(state, lease, deadline, error.into_response()).await;
     };
-    if matches!(ApiError::of(&response), Some(ApiError::Database(_))) {
-        // The handler's transaction failed at the database, so provably nothing was written.
+    if ApiError::of(&response).is_some_and(ApiError::changed_nothing) {
+        // The handler failed at the database or a chain, so provably nothing was written.
         tx.rollback().await;
         return abort(state, lease, deadline, response).await;
     }

@@ -271,6 +271,21 @@ impl IntentId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The intent's key on chain: keccak256("payments-api:" || id), the nonce of the EIP-3009
+    /// authorization that pays it. The token refuses a used nonce, so an intent is paid at most
+    /// once, whoever submits its authorization (`docs/settlement.md`).
+    pub fn chain_nonce(&self) -> [u8; 32] {
+        chain_nonce(&self.0)
+    }
+}
+
+/// [`IntentId::chain_nonce`] of a stored id.
+pub fn chain_nonce(id: &str) -> [u8; 32] {
+    let mut hasher = Keccak256::new();
+    hasher.update(b"payments-api:");
+    hasher.update(id.as_bytes());
+    hasher.finalize().into()
 }
 
 /// Echo user input in an error message, bounded so a megabyte of garbage is not echoed back.

@@ -9,6 +9,8 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use std::sync::Arc;
+
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -24,12 +26,18 @@ use crate::{
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
 };
 
-pub fn router() -> Router<Pool> {
+/// `settled_chains`: with settlement on, the only chains an intent may name.
+pub fn router(settled_chains: Vec<String>) -> Router<Pool> {
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/{id}", get(show))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
+        .layer(Extension(SettledChains(Arc::new(settled_chains))))
 }
+
+/// The chains settlement serves; empty when it is off.
+#[derive(Clone)]
+pub struct SettledChains(Arc<Vec<String>>);
 
 /// The create request. Unknown fields are rejected: a misspelt `expires_in_secs` must
 /// not silently become the default.
@@ -76,9 +84,17 @@ pub struct CreateIntentRequest {
 )]
 pub async fn create(
     Extension(merchant): Extension<MerchantId>,
+    Extension(SettledChains(settled)): Extension<SettledChains>,
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {
+    if !settled.is_empty() && !settled.iter().any(|c| c == request.chain.as_str()) {
+        return Err(ApiError::InvalidRequest(format!(
+            "chain: {} is not served here; served: {}",
+            request.chain.as_str(),
+            settled.join(", ")
+        )));
+    }
     let new = NewIntent {
         chain: request.chain,
         token: request.token,
@@ -173,7 +189,7 @@ pub struct ListParams {
     /// An intent id: the page starts right after it.
     starting_after: Option<String>,
     /// Only intents in this state.
-    #[param(pattern = "^(created|canceled)$")]
+    #[param(pattern = "^(created|canceled|processing|succeeded|failed)$")]
     state: Option<String>,
 }
 

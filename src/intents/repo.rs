@@ -19,7 +19,7 @@ pub struct PaymentIntent {
     /// `pi_` + 24 lowercase hex digits.
     #[schema(example = "pi_bfe74542f6b8b55f8f849a22")]
     pub id: String,
-    #[schema(pattern = "^(created|canceled)$")]
+    #[schema(pattern = "^(created|canceled|processing|succeeded|failed)$")]
     pub state: String,
     /// Starts at 1 and grows by one on every state change.
     pub version: i32,
@@ -44,9 +44,25 @@ pub struct PaymentIntent {
     pub canceled_at: Option<OffsetDateTime>,
     /// `merchant_request` or `expired` once canceled.
     pub cancellation_reason: Option<String>,
+    /// `authorization_expired` or `nonce_used_otherwise` once failed.
+    pub failure_reason: Option<String>,
+    /// The confirmed transaction that paid it, once paid (also on a canceled intent that a payer
+    /// paid anyway: the chain is the source of truth).
+    #[schema(value_type = Option<Settlement>)]
+    pub settlement: Option<Json<Settlement>>,
     /// Your key/value pairs, as sent.
     #[schema(value_type = Object)]
     pub metadata: Json<Metadata>,
+}
+
+/// Where an intent was paid on chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Settlement {
+    #[schema(example = "0x5c504ed432cb51138bcf09aa5e8a410dd4a1e204ef84bfed1be16dfba1b22060")]
+    pub transaction_hash: String,
+    pub block_number: u64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub block_timestamp: OffsetDateTime,
 }
 
 pub struct NewIntent {
@@ -69,11 +85,12 @@ pub async fn insert(
     let created = sqlx::query_as!(
         PaymentIntent,
         r#"
-        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata)
-        VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)
+        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce)
+        VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
+                now() + make_interval(secs => $8), $9, $10)
         RETURNING id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                  expires_at, created_at, updated_at, canceled_at, cancellation_reason,
-               metadata AS "metadata: Json<Metadata>"
+                  expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
         id.as_str(),
@@ -84,10 +101,11 @@ pub async fn insert(
         intent.payee.to_checksum(),
         f64::from(intent.expires_in.seconds()),
         Json(&intent.metadata) as _,
+        &id.chain_nonce()[..],
     )
     .fetch_one(&mut *conn)
     .await?;
-    record_event(conn, merchant.as_str(), &created).await?;
+    record_event(conn, merchant.as_str(), "payment_intent.created", &created).await?;
     Ok(created)
 }
 
@@ -96,10 +114,11 @@ pub async fn insert(
 async fn record_event(
     conn: &mut PgConnection,
     merchant: &str,
+    kind: &str,
     intent: &PaymentIntent,
 ) -> Result<(), sqlx::Error> {
     let event = NewEvent {
-        kind: format!("payment_intent.{}", intent.state),
+        kind: kind.to_owned(),
         subject_id: &intent.id,
         subject_version: intent.version,
         object: serde_json::to_string(intent).expect("an intent always serializes"),
@@ -116,8 +135,8 @@ pub async fn find(
         PaymentIntent,
         r#"
         SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason,
-               metadata AS "metadata: Json<Metadata>"
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
@@ -153,13 +172,25 @@ pub async fn apply(
     action: Action,
     actor: &Actor,
 ) -> Result<PaymentIntent, TransitionError> {
+    apply_paid(conn, merchant.as_str(), id.as_str(), action, actor, None).await
+}
+
+/// [`apply`], recording where the intent was paid when the chain settles it.
+pub async fn apply_paid(
+    conn: &mut PgConnection,
+    merchant: &str,
+    id: &str,
+    action: Action,
+    actor: &Actor,
+    settlement: Option<&Settlement>,
+) -> Result<PaymentIntent, TransitionError> {
     // Each lost race means the version grew; a few rounds settle any realistic contention.
     const ROUNDS: usize = 8;
     for _ in 0..ROUNDS {
         let current = sqlx::query!(
             "SELECT state, version FROM payment_intents WHERE merchant_id = $1 AND id = $2",
-            merchant.as_str(),
-            id.as_str(),
+            merchant,
+            id,
         )
         .fetch_optional(&mut *conn)
         .await?
@@ -178,7 +209,9 @@ pub async fn apply(
                 UPDATE payment_intents
                    SET state = $4, version = version + 1, updated_at = now(),
                        canceled_at = CASE WHEN $5::text IS NULL THEN canceled_at ELSE now() END,
-                       cancellation_reason = COALESCE($5, cancellation_reason)
+                       cancellation_reason = COALESCE($5, cancellation_reason),
+                       failure_reason = COALESCE($9, failure_reason),
+                       settlement = COALESCE($10, settlement)
                  WHERE merchant_id = $1 AND id = $2 AND version = $3 AND state = $6
              RETURNING *
             ), recorded AS (
@@ -186,47 +219,85 @@ pub async fn apply(
                 SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
             )
             SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                   expires_at, created_at, updated_at, canceled_at, cancellation_reason,
-               metadata AS "metadata: Json<Metadata>"
+                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+                   settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
-            merchant.as_str(),
-            id.as_str(),
+            merchant,
+            id,
             current.version,
             step.to.as_str(),
             step.cancellation_reason,
             from.as_str(),
             action.as_str(),
             actor.label(),
+            step.failure_reason,
+            settlement.map(Json) as _,
         )
         .fetch_optional(&mut *conn)
         .await?;
         if let Some(intent) = moved {
-            record_event(conn, merchant.as_str(), &intent).await?;
+            record_event(conn, merchant, &step.event_type(), &intent).await?;
             return Ok(intent);
         }
     }
     Err(TransitionError::Database(sqlx::Error::Protocol(format!(
-        "payment intent {} kept changing under {ROUNDS} transition attempts",
-        id.as_str()
+        "payment intent {id} kept changing under {ROUNDS} transition attempts"
     ))))
 }
 
-/// Moves up to `batch` intents whose `expires_at` passed through [`Action::Expire`], as the
-/// system, each with its event, in one transaction per batch. `FOR UPDATE SKIP LOCKED` lets any
-/// number of replicas sweep at once without waiting on each other or on a merchant's cancel; the
-/// version compare-and-set keeps a transition that won meanwhile from being applied twice.
+/// Which intents' time ran out: by the clock for chains without settlement, or on one settled
+/// chain by the timestamp of its newest confirmed block (`docs/settlement.md`, "Expiry").
+pub enum Expiry<'a> {
+    /// `created` intents past `expires_at` now, except on these chains (their listener decides).
+    Clock { settled_chains: &'a [String] },
+    /// `created` and `processing` intents on `chain` whose authorization's `validBefore` (expiry
+    /// in whole seconds, rounded down) is at or before `block_timestamp`, and whose nonce no
+    /// observed transaction used.
+    ChainTime {
+        chain: &'a str,
+        block_timestamp: i64,
+    },
+}
+
+/// Moves up to `batch` intents whose time ran out through [`Action::Expire`], each with its
+/// event, in one transaction per source state. `FOR UPDATE SKIP LOCKED` lets any number of
+/// replicas sweep at once without waiting on each other or on a merchant's cancel; the version
+/// compare-and-set keeps a transition that won meanwhile from being applied twice.
 /// Returns how many intents expired.
-pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx::Error> {
+pub async fn expire_due(
+    conn: &mut PgConnection,
+    batch: i64,
+    expiry: &Expiry<'_>,
+) -> Result<u64, sqlx::Error> {
+    let (actor, chain, before, excluded) = match *expiry {
+        Expiry::Clock { settled_chains } => (Actor::System, None, None, settled_chains),
+        Expiry::ChainTime {
+            chain,
+            block_timestamp,
+        } => {
+            let before = OffsetDateTime::from_unix_timestamp(block_timestamp.saturating_add(1))
+                .map_err(|e| sqlx::Error::Decode(e.into()))?;
+            (Actor::Chain, Some(chain), Some(before), &[][..])
+        }
+    };
     let mut expired = 0;
     for step in state::sources_of(Action::Expire) {
+        // Without a chain's word, only an unpaid intent that never got an authorization expires.
+        if chain.is_none() && step.from != IntentState::Created {
+            continue;
+        }
         let mut tx = conn.begin().await?;
         let moved = sqlx::query_as!(
             Expired,
             r#"
             WITH due AS (
-                SELECT merchant_id, id, version FROM payment_intents
-                 WHERE state = $1 AND expires_at <= now()
+                SELECT merchant_id, id, version FROM payment_intents p
+                 WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
+                   AND ($8::text IS NULL OR chain = $8)
+                   AND chain <> ALL($9::text[])
+                   AND NOT EXISTS (SELECT 1 FROM chain_observations o
+                                    WHERE o.merchant_id = p.merchant_id AND o.intent_id = p.id)
                  ORDER BY expires_at
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
@@ -234,7 +305,8 @@ pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx
                 UPDATE payment_intents p
                    SET state = $3, version = p.version + 1, updated_at = now(),
                        canceled_at = CASE WHEN $4::text IS NULL THEN p.canceled_at ELSE now() END,
-                       cancellation_reason = COALESCE($4, p.cancellation_reason)
+                       cancellation_reason = COALESCE($4, p.cancellation_reason),
+                       failure_reason = COALESCE($10, p.failure_reason)
                   FROM due
                  WHERE p.merchant_id = due.merchant_id AND p.id = due.id AND p.version = due.version
              RETURNING p.*
@@ -244,7 +316,8 @@ pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx
             )
             SELECT merchant_id, id, state, version, amount::text AS "amount!", chain, token, payer,
                    payee AS merchant, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, metadata AS "metadata: Json<Metadata>"
+                   cancellation_reason, failure_reason, settlement AS "settlement: Json<Settlement>",
+                   metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
             step.from.as_str(),
@@ -252,14 +325,18 @@ pub async fn expire_due(conn: &mut PgConnection, batch: i64) -> Result<u64, sqlx
             step.to.as_str(),
             step.cancellation_reason,
             Action::Expire.as_str(),
-            Actor::System.label(),
+            actor.label(),
+            before,
+            chain,
+            excluded,
+            step.failure_reason,
         )
         .fetch_all(&mut *tx)
         .await?;
         expired += moved.len() as u64;
         for row in moved {
             let (merchant, intent) = row.into_parts();
-            record_event(&mut tx, &merchant, &intent).await?;
+            record_event(&mut tx, &merchant, &step.event_type(), &intent).await?;
         }
         tx.commit().await?;
     }
@@ -282,6 +359,8 @@ struct Expired {
     updated_at: OffsetDateTime,
     canceled_at: Option<OffsetDateTime>,
     cancellation_reason: Option<String>,
+    failure_reason: Option<String>,
+    settlement: Option<Json<Settlement>>,
     metadata: Json<Metadata>,
 }
 
@@ -301,6 +380,8 @@ impl Expired {
             updated_at: self.updated_at,
             canceled_at: self.canceled_at,
             cancellation_reason: self.cancellation_reason,
+            failure_reason: self.failure_reason,
+            settlement: self.settlement,
             metadata: self.metadata,
         };
         (self.merchant_id, intent)
@@ -341,8 +422,8 @@ pub async fn list(
         PaymentIntent,
         r#"
         SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason,
-               metadata AS "metadata: Json<Metadata>"
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

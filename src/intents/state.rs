@@ -1,6 +1,6 @@
-//! The intent state machine. Its whole behaviour is the [`TRANSITIONS`] table: adding the later
-//! states (submitted, settling, settled, failed) means adding variants and rows here, not
-//! touching handlers, the repository or the sweeper.
+//! The intent state machine. Its whole behaviour is the [`TRANSITIONS`] table: the settlement
+//! states (`processing`, `succeeded`, `failed`) are variants and rows here; handlers, the
+//! repository, the sweeper and the chain listener only ask it (`docs/settlement.md`).
 
 use std::fmt;
 
@@ -9,6 +9,12 @@ use std::fmt;
 pub enum IntentState {
     Created,
     Canceled,
+    /// The payer's signed authorization is stored and queued for the chain.
+    Processing,
+    /// The payment is confirmed on chain.
+    Succeeded,
+    /// It can never be paid: the authorization expired or its nonce was used for something else.
+    Failed,
 }
 
 /// Something that moves an intent from one state to another.
@@ -16,8 +22,15 @@ pub enum IntentState {
 pub enum Action {
     /// The merchant cancels (`POST /v1/payment_intents/{id}/cancel`).
     Cancel,
-    /// The system cancels an intent whose `expires_at` passed (the expiry sweeper).
+    /// The intent's time ran out: by the clock (the sweeper), or with settlement on by a
+    /// confirmed block's timestamp (the chain listener).
     Expire,
+    /// The payer's authorization was accepted (`POST …/confirm`).
+    Confirm,
+    /// A confirmed transaction used the intent's nonce and moved exactly what it asks.
+    Settle,
+    /// A confirmed transaction used the intent's nonce for another amount or recipient.
+    BurnNonce,
 }
 
 /// Who made a state change, recorded with every transition.
@@ -25,31 +38,96 @@ pub enum Action {
 pub enum Actor {
     Merchant(String),
     System,
+    /// A confirmed block on the intent's chain.
+    Chain,
 }
 
-/// One allowed move: in `from`, `action` leads to `to`, recording `cancellation_reason` if set.
+/// One allowed move: in `from`, `action` leads to `to`, recording `cancellation_reason` or
+/// `failure_reason` if set, and announced by `event` (default `payment_intent.<to>`).
 #[derive(Debug, Clone, Copy)]
 pub struct Transition {
     pub from: IntentState,
     pub action: Action,
     pub to: IntentState,
     pub cancellation_reason: Option<&'static str>,
+    pub failure_reason: Option<&'static str>,
+    pub event: Option<&'static str>,
+}
+
+impl Transition {
+    const fn new(from: IntentState, action: Action, to: IntentState) -> Self {
+        Self {
+            from,
+            action,
+            to,
+            cancellation_reason: None,
+            failure_reason: None,
+            event: None,
+        }
+    }
+
+    const fn canceling(self, reason: &'static str) -> Self {
+        Self {
+            cancellation_reason: Some(reason),
+            ..self
+        }
+    }
+
+    const fn failing(self, reason: &'static str) -> Self {
+        Self {
+            failure_reason: Some(reason),
+            ..self
+        }
+    }
+
+    const fn announced_as(self, event: &'static str) -> Self {
+        Self {
+            event: Some(event),
+            ..self
+        }
+    }
+
+    /// The type of the event this transition writes.
+    pub fn event_type(&self) -> String {
+        match self.event {
+            Some(event) => event.to_owned(),
+            None => format!("payment_intent.{}", self.to),
+        }
+    }
 }
 
 /// Every allowed transition. Anything not listed is refused with 409 invalid_state_transition.
 pub const TRANSITIONS: &[Transition] = &[
-    Transition {
-        from: IntentState::Created,
-        action: Action::Cancel,
-        to: IntentState::Canceled,
-        cancellation_reason: Some("merchant_request"),
-    },
-    Transition {
-        from: IntentState::Created,
-        action: Action::Expire,
-        to: IntentState::Canceled,
-        cancellation_reason: Some("expired"),
-    },
+    Transition::new(IntentState::Created, Action::Cancel, IntentState::Canceled)
+        .canceling("merchant_request"),
+    Transition::new(IntentState::Created, Action::Expire, IntentState::Canceled)
+        .canceling("expired"),
+    Transition::new(
+        IntentState::Created,
+        Action::Confirm,
+        IntentState::Processing,
+    ),
+    // Who submits the authorization does not matter: a payer may send it without confirm.
+    Transition::new(IntentState::Created, Action::Settle, IntentState::Succeeded),
+    Transition::new(
+        IntentState::Processing,
+        Action::Settle,
+        IntentState::Succeeded,
+    ),
+    // The chain is the source of truth: a payer who signed before the merchant canceled can still
+    // pay. The intent stays canceled (the merchant's decision), the payment is recorded on it.
+    Transition::new(IntentState::Canceled, Action::Settle, IntentState::Canceled)
+        .announced_as("payment_intent.paid_after_cancel"),
+    Transition::new(IntentState::Processing, Action::Expire, IntentState::Failed)
+        .failing("authorization_expired"),
+    Transition::new(IntentState::Created, Action::BurnNonce, IntentState::Failed)
+        .failing("nonce_used_otherwise"),
+    Transition::new(
+        IntentState::Processing,
+        Action::BurnNonce,
+        IntentState::Failed,
+    )
+    .failing("nonce_used_otherwise"),
 ];
 
 /// The transition `action` takes from `from`, if the machine allows it.
@@ -59,18 +137,27 @@ pub fn transition(from: IntentState, action: Action) -> Option<&'static Transiti
         .find(|t| t.from == from && t.action == action)
 }
 
-/// The states from which `action` is allowed, all leading to one state (the sweeper's work list).
+/// The transitions `action` may take, one per source state (the sweeper's and listener's work).
 pub fn sources_of(action: Action) -> Vec<&'static Transition> {
     TRANSITIONS.iter().filter(|t| t.action == action).collect()
 }
 
 impl IntentState {
-    pub const ALL: [IntentState; 2] = [IntentState::Created, IntentState::Canceled];
+    pub const ALL: [IntentState; 5] = [
+        IntentState::Created,
+        IntentState::Canceled,
+        IntentState::Processing,
+        IntentState::Succeeded,
+        IntentState::Failed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Created => "created",
             Self::Canceled => "canceled",
+            Self::Processing => "processing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
         }
     }
 
@@ -90,6 +177,9 @@ impl Action {
         match self {
             Self::Cancel => "cancel",
             Self::Expire => "expire",
+            Self::Confirm => "confirm",
+            Self::Settle => "settle",
+            Self::BurnNonce => "burn_nonce",
         }
     }
 }
@@ -99,6 +189,7 @@ impl Actor {
         match self {
             Self::Merchant(id) => format!("merchant:{id}"),
             Self::System => "system".to_owned(),
+            Self::Chain => "chain".to_owned(),
         }
     }
 }
@@ -124,6 +215,34 @@ mod tests {
     }
 
     #[test]
+    fn settlement_moves_forward_only() {
+        let confirm = transition(IntentState::Created, Action::Confirm).unwrap();
+        assert_eq!(confirm.to, IntentState::Processing);
+        assert_eq!(confirm.event_type(), "payment_intent.processing");
+        // Once the authorization is on its way, the merchant can no longer cancel.
+        assert!(transition(IntentState::Processing, Action::Cancel).is_none());
+        let expire = transition(IntentState::Processing, Action::Expire).unwrap();
+        assert_eq!(
+            (expire.to, expire.failure_reason),
+            (IntentState::Failed, Some("authorization_expired"))
+        );
+        let late = transition(IntentState::Canceled, Action::Settle).unwrap();
+        assert_eq!(late.to, IntentState::Canceled);
+        assert_eq!(late.event_type(), "payment_intent.paid_after_cancel");
+        for done in [IntentState::Succeeded, IntentState::Failed] {
+            for action in [
+                Action::Cancel,
+                Action::Expire,
+                Action::Confirm,
+                Action::Settle,
+                Action::BurnNonce,
+            ] {
+                assert!(transition(done, action).is_none(), "{done} is final");
+            }
+        }
+    }
+
+    #[test]
     fn states_round_trip_through_their_names() {
         for state in IntentState::ALL {
             assert_eq!(IntentState::parse(state.as_str()), Some(state));
@@ -132,16 +251,16 @@ mod tests {
     }
 
     #[test]
-    fn each_action_leads_to_one_state() {
-        for action in [Action::Cancel, Action::Expire] {
-            let targets: Vec<_> = sources_of(action)
-                .iter()
-                .map(|t| (t.to, t.cancellation_reason))
-                .collect();
-            assert!(
-                targets.windows(2).all(|w| w[0] == w[1]),
-                "{action:?} must have one outcome"
-            );
+    fn each_state_has_at_most_one_move_per_action() {
+        for (i, a) in TRANSITIONS.iter().enumerate() {
+            for b in &TRANSITIONS[i + 1..] {
+                assert!(
+                    !(a.from == b.from && a.action == b.action),
+                    "{:?} from {} is listed twice",
+                    a.action,
+                    a.from
+                );
+            }
         }
     }
 }

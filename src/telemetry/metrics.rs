@@ -23,6 +23,13 @@ pub const SWEEP_EVENTS_DELETED: &str = "sweeper_events_deleted_total";
 pub const WEBHOOK_ATTEMPTS: &str = "webhook_attempts_total";
 pub const WEBHOOK_QUEUE_DEPTH: &str = "webhook_queue_depth";
 pub const WEBHOOK_OLDEST_PENDING: &str = "webhook_oldest_pending_seconds";
+pub const CHAIN_HEAD: &str = "chain_head_block";
+pub const CHAIN_LISTENER_LAG: &str = "chain_listener_lag_blocks";
+pub const CHAIN_LISTENER_HALTED: &str = "chain_listener_halted";
+pub const CHAIN_REORGS: &str = "chain_reorgs_total";
+pub const RELAYER_PENDING: &str = "relayer_submissions_pending";
+pub const RELAYER_SENT: &str = "relayer_transactions_sent_total";
+pub const SETTLEMENTS: &str = "settlements_total";
 pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
 pub const DB_POOL_WAITING: &str = "db_pool_waiting_requests";
 

@@ -43,6 +43,8 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "updated_at",
         "canceled_at",
         "cancellation_reason",
+        "failure_reason",
+        "settlement",
         "metadata",
     ];
     assert_eq!(intent.as_object().unwrap().len(), order.len());

@@ -13,4 +13,5 @@ mod network;
 mod operations;
 mod pool;
 mod security;
+mod settlement;
 mod webhooks;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use payments_api::{
-    config::{IdempotencySettings, Settings, WebhookSettings},
+    config::{IdempotencySettings, Settings, SettlementSettings, WebhookSettings},
     startup::Application,
     sweeper::{self, SweepReport},
 };
@@ -41,6 +41,7 @@ pub fn test_settings(database_url: &str) -> Settings {
             allow_http: true,
             allow_private_networks: true,
         },
+        settlement: SettlementSettings::off(),
     }
 }
 
@@ -65,6 +66,8 @@ pub struct TestApp {
     /// A pool of the test's own, to inspect and manipulate the database directly.
     pub db: PgPool,
     pub client: Client,
+    /// The chains whose intents this app's listener expires (its sweeper leaves them alone).
+    pub settled_chains: Vec<String>,
 }
 
 impl TestApp {
@@ -114,6 +117,7 @@ impl TestApp {
     ) -> Self {
         let mut settings = test_settings(app_url);
         configure(&mut settings);
+        let settled_chains = settings.settlement.chain_names();
         let address = serve(settings).await;
         let db = PgPoolOptions::new()
             .max_connections(5)
@@ -125,13 +129,14 @@ impl TestApp {
             database_url: database_url.to_owned(),
             db,
             client: Client::new(),
+            settled_chains,
         }
     }
 
     /// One round of the sweepers, as a replica runs it, on a connection of the test's own.
     pub async fn sweep(&self) -> Result<SweepReport, sqlx::Error> {
         let mut connection = self.db.acquire().await.expect("test connection");
-        sweeper::sweep_once(&mut connection).await
+        sweeper::sweep_once(&mut connection, &self.settled_chains).await
     }
 
     /// POST /v1/payment_intents as curl's `-d` sends it (form Content-Type), like the README's

@@ -1,10 +1,12 @@
 //! Test harness, by concern: a real PostgreSQL and a fresh database per test ([`database`]), the app
 //! served in this process ([`app`]), the real binary in a process of its own ([`process`]), a
 //! lock that stalls intent inserts from outside the app ([`blocker`]), a proxy that breaks the
-//! network between the app and its database ([`proxy`]), and a webhook receiver ([`receiver`]).
+//! network between the app and its database ([`proxy`]), a webhook receiver ([`receiver`]), and a
+//! real chain with the devnet token ([`chain`]).
 
 mod app;
 mod blocker;
+pub mod chain;
 mod database;
 mod process;
 mod proxy;

@@ -1,0 +1,82 @@
+//! `payments-api devnet --rpc-url URL`: the seed's token on a fresh anvil. Anvil's first account
+//! deploys the devnet token at its nonce 0, which puts it at
+//! `0x5FbDB2315678afecb367f032d93F642f64180aa3`, minting 1 000 000 tokens to each of the next three
+//! accounts in the constructor: one transaction, so the set-up happens entirely or not at all, and
+//! a second run finds the token and changes nothing.
+
+use alloy::{
+    network::EthereumWallet,
+    primitives::{Address, U256},
+    providers::{Provider, ProviderBuilder},
+    signers::local::PrivateKeySigner,
+};
+use anyhow::{Context, bail};
+
+use super::token::DevnetUSD;
+
+/// The private keys of anvil's first four accounts (from its well-known test mnemonic). Public
+/// knowledge: for a local devnet only.
+pub const ANVIL_KEYS: [&str; 4] = [
+    "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+];
+
+/// Each holder's starting balance: 1 000 000 tokens of 6 decimals.
+pub const MINTED_EACH: u64 = 1_000_000_000_000;
+
+/// Where the token is after a run: the address, and whether this run deployed it.
+pub struct Devnet {
+    pub token: Address,
+    pub deployed_now: bool,
+}
+
+pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
+    let deployer: PrivateKeySigner = ANVIL_KEYS[0].parse().expect("a valid key");
+    let holders: Vec<Address> = ANVIL_KEYS[1..]
+        .iter()
+        .map(|key| {
+            key.parse::<PrivateKeySigner>()
+                .expect("a valid key")
+                .address()
+        })
+        .collect();
+    let from = deployer.address();
+    let node = ProviderBuilder::new()
+        .wallet(EthereumWallet::from(deployer))
+        .connect_http(rpc_url.clone());
+    let token = from.create(0);
+    let code = node
+        .get_code_at(token)
+        .await
+        .with_context(|| format!("cannot reach the chain at {rpc_url}"))?;
+    if !code.is_empty() {
+        let name = DevnetUSD::new(token, &node).name().call().await?;
+        if name != "Devnet USD" {
+            bail!("{token} holds another contract ({name:?}), not the devnet token");
+        }
+        return Ok(Devnet {
+            token,
+            deployed_now: false,
+        });
+    }
+    if node.get_transaction_count(from).await? > 0 {
+        bail!(
+            "{from} already used its nonce 0 on this chain without deploying the token at {token}: start from a fresh anvil"
+        );
+    }
+    let deployed = DevnetUSD::deploy(&node, holders, U256::from(MINTED_EACH))
+        .await
+        .context("deploying the devnet token")?;
+    if *deployed.address() != token {
+        bail!(
+            "the token landed at {} instead of {token}",
+            deployed.address()
+        );
+    }
+    Ok(Devnet {
+        token,
+        deployed_now: true,
+    })
+}

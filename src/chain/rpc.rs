@@ -1,0 +1,72 @@
+//! A JSON-RPC provider per chain. Every call has a timeout: a node that goes silent must not hold
+//! a request, the relayer or the listener forever.
+
+use std::time::Duration;
+
+use alloy::{
+    network::Ethereum,
+    providers::{Provider, RootProvider},
+    rpc::client::RpcClient,
+    transports::{
+        TransportError,
+        http::{Http, reqwest},
+    },
+};
+
+/// How long one call to a node may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub type Node = RootProvider<Ethereum>;
+
+/// A provider for the node at `url`. Nothing is sent until the first call.
+pub fn connect(url: &url::Url) -> Node {
+    let client = reqwest::Client::builder()
+        .timeout(CALL_TIMEOUT)
+        .connect_timeout(CALL_TIMEOUT)
+        .build()
+        .expect("a TLS backend is compiled in");
+    let transport = Http::with_client(client, url.clone());
+    RootProvider::new(RpcClient::new(transport, false))
+}
+
+/// Why a call to a node failed, as far as we act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// The node did not answer, or answered with something else than JSON-RPC.
+    #[error("the chain's node is unreachable: {0}")]
+    Unreachable(String),
+    /// The node executed the call and the contract reverted (`reason` as the node words it).
+    #[error("reverted: {reason}")]
+    Reverted { reason: String },
+    /// The node answered an error of its own (bad request, nonce too low, …).
+    #[error("the node refused: {0}")]
+    Refused(String),
+}
+
+impl From<TransportError> for ChainError {
+    fn from(error: TransportError) -> Self {
+        match error.as_error_resp() {
+            Some(payload) if payload.message.contains("revert") => Self::Reverted {
+                reason: payload.message.to_string(),
+            },
+            Some(payload) => Self::Refused(payload.message.to_string()),
+            None => Self::Unreachable(error.to_string()),
+        }
+    }
+}
+
+impl From<alloy::contract::Error> for ChainError {
+    fn from(error: alloy::contract::Error) -> Self {
+        match error {
+            alloy::contract::Error::TransportError(e) => e.into(),
+            other => Self::Reverted {
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The chain id the node serves.
+pub async fn chain_id(node: &Node) -> Result<u64, ChainError> {
+    Ok(node.get_chain_id().await?)
+}

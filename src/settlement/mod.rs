@@ -1,0 +1,86 @@
+//! Intents paid on chain (`docs/settlement.md`): the authorization a payer signs and its confirm,
+//! the relayer that submits it, and the listener that follows each chain and settles intents once
+//! their payment is confirmed. The chain is the source of truth; PostgreSQL holds our view of it.
+//!
+//! - `tokens`: the tokens read from chains, kept in PostgreSQL
+//! - `routes`: `GET …/authorization`, `POST …/confirm`
+//! - `relayer`: submits queued authorizations, one relayer per key across replicas
+//! - `listener`: cursor, confirmations, reorgs, settlement and expiry by chain time
+
+pub mod listener;
+pub mod relayer;
+pub mod routes;
+pub mod tokens;
+
+use std::{collections::HashMap, sync::Arc};
+
+use crate::{
+    chain::rpc::{self, Node},
+    config::{ChainEndpoint, SettlementSettings},
+    db::Pool,
+};
+
+/// The served chains and a node for each: what the routes, relayer and listener share.
+#[derive(Clone)]
+pub struct Chains {
+    pub settings: Arc<SettlementSettings>,
+    nodes: Arc<HashMap<String, (ChainEndpoint, Node)>>,
+}
+
+impl Chains {
+    pub fn new(settings: &SettlementSettings) -> Self {
+        let nodes = settings
+            .chains
+            .iter()
+            .map(|chain| {
+                (
+                    chain.name.clone(),
+                    (chain.clone(), rpc::connect(&chain.rpc_url)),
+                )
+            })
+            .collect();
+        Self {
+            settings: Arc::new(settings.clone()),
+            nodes: Arc::new(nodes),
+        }
+    }
+
+    /// The served chain an intent names, and its node.
+    pub fn get(&self, name: &str) -> Option<&(ChainEndpoint, Node)> {
+        self.nodes.get(name)
+    }
+
+    pub fn is_on(&self) -> bool {
+        !self.nodes.is_empty()
+    }
+}
+
+/// Starts a listener per served chain, and a relayer per chain when a relayer key is set. Returns
+/// the tasks, to stop them at shutdown.
+pub fn spawn(pool: &Pool, chains: &Chains) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let relayer_key = chains
+        .settings
+        .relayer_private_key
+        .as_deref()
+        .map(relayer::Key::parse)
+        .transpose()?;
+    let mut tasks = Vec::new();
+    for (endpoint, node) in chains.nodes.values() {
+        tasks.push(tokio::spawn(listener::run(
+            pool.clone(),
+            endpoint.clone(),
+            node.clone(),
+            chains.settings.clone(),
+        )));
+        if let Some(key) = &relayer_key {
+            tasks.push(tokio::spawn(relayer::run(
+                pool.clone(),
+                endpoint.clone(),
+                node.clone(),
+                key.clone(),
+                chains.settings.clone(),
+            )));
+        }
+    }
+    Ok(tasks)
+}

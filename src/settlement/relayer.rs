@@ -1,0 +1,401 @@
+//! The relayer: submits queued authorizations from `RELAYER_PRIVATE_KEY`, one relayer per key and
+//! chain at a time across replicas (a lease in PostgreSQL), with EIP-1559 fees from the node, and
+//! replaces a transaction left unmined for `RELAYER_REPLACE_AFTER_BLOCKS` with higher fees. All its
+//! state is in PostgreSQL: a crash between broadcast and record leads to a second submission,
+//! which the authorization's nonce makes harmless (`docs/settlement.md`, "Relayer").
+
+use std::{sync::Arc, time::Duration};
+
+use alloy::{
+    consensus::TxEnvelope,
+    eips::eip2718::Encodable2718,
+    network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder},
+    primitives::{Address, B256, U256},
+    providers::Provider,
+    rpc::types::TransactionRequest,
+    signers::local::PrivateKeySigner,
+};
+use sqlx::PgConnection;
+
+use crate::{
+    chain::{
+        authorization::{Authorization, PayerSignature},
+        rpc::{ChainError, Node},
+    },
+    config::{ChainEndpoint, SettlementSettings},
+    db::Pool,
+    telemetry::metrics as names,
+};
+
+/// The relayer's key. Its `Debug` never shows the secret.
+#[derive(Clone)]
+pub struct Key(PrivateKeySigner);
+
+impl Key {
+    pub fn parse(raw: &str) -> anyhow::Result<Self> {
+        raw.trim()
+            .parse::<PrivateKeySigner>()
+            .map(Self)
+            .map_err(|_| {
+                anyhow::anyhow!("RELAYER_PRIVATE_KEY must be 0x followed by 64 hex digits")
+            })
+    }
+
+    pub fn address(&self) -> Address {
+        self.0.address()
+    }
+}
+
+/// Submissions looked at per tick.
+const BATCH: i64 = 50;
+/// A fee bump must beat the replaced transaction by at least 10% for nodes to accept it.
+const BUMP_PERCENT: u128 = 125;
+
+pub async fn run(
+    pool: Pool,
+    chain: ChainEndpoint,
+    node: Node,
+    key: Key,
+    settings: Arc<SettlementSettings>,
+) {
+    let holder = uuid::Uuid::new_v4();
+    let lease = (settings.poll_interval * 10).max(Duration::from_secs(10));
+    let mut ticker = tokio::time::interval(settings.poll_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
+    loop {
+        ticker.tick().await;
+        let relayer = Relayer {
+            chain: &chain,
+            node: &node,
+            key: &key,
+            replace_after: settings.replace_after_blocks,
+        };
+        let round = async {
+            let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
+            if !hold_lease(&mut conn, &chain, key.address(), holder, lease).await? {
+                return Ok(());
+            }
+            relayer
+                .tick(&mut conn, || {
+                    hold_lease_check(&pool, &chain, key.address(), holder, lease)
+                })
+                .await
+        };
+        if let Err(e) = round.await {
+            tracing::warn!(chain = %chain.name, error = %e, "relayer tick failed; retrying");
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("{0}")]
+    Signing(String),
+}
+
+impl From<alloy::transports::TransportError> for RelayError {
+    fn from(e: alloy::transports::TransportError) -> Self {
+        Self::Chain(e.into())
+    }
+}
+
+/// Takes or renews the lease of this relayer key on this chain; false if another replica holds it.
+async fn hold_lease(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    relayer: Address,
+    holder: uuid::Uuid,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let held = sqlx::query_scalar!(
+        r#"
+        INSERT INTO relayer_leases (chain_id, relayer, holder, expires_at)
+        VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+        ON CONFLICT (chain_id, relayer) DO UPDATE SET holder = $3, expires_at = EXCLUDED.expires_at
+         WHERE relayer_leases.holder = $3 OR relayer_leases.expires_at < now()
+        RETURNING holder
+        "#,
+        chain.id as i64,
+        relayer.to_checksum(None),
+        holder.to_string(),
+        lease.as_secs_f64(),
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(held.is_some())
+}
+
+/// Checked right before each broadcast, so a relayer that outlived its lease stops sending.
+async fn hold_lease_check(
+    pool: &Pool,
+    chain: &ChainEndpoint,
+    relayer: Address,
+    holder: uuid::Uuid,
+    lease: Duration,
+) -> Result<bool, RelayError> {
+    let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
+    Ok(hold_lease(&mut conn, chain, relayer, holder, lease).await?)
+}
+
+/// An open submission, as stored.
+struct Submission {
+    merchant_id: String,
+    intent_id: String,
+    token: String,
+    payer: String,
+    payee: String,
+    amount: String,
+    valid_before: i64,
+    nonce: Vec<u8>,
+    signature: Vec<u8>,
+    state: String,
+    intent_state: String,
+    tx_nonce: Option<i64>,
+    tx_hashes: Vec<String>,
+    max_fee_per_gas: Option<String>,
+    max_priority_fee_per_gas: Option<String>,
+    sent_at_block: Option<i64>,
+}
+
+struct Relayer<'a> {
+    chain: &'a ChainEndpoint,
+    node: &'a Node,
+    key: &'a Key,
+    replace_after: u64,
+}
+
+impl Relayer<'_> {
+    async fn tick<F, Fut>(&self, conn: &mut PgConnection, still_held: F) -> Result<(), RelayError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<bool, RelayError>>,
+    {
+        let open = sqlx::query_as!(
+            Submission,
+            r#"
+            SELECT s.merchant_id, s.intent_id, s.token, s.payer, s.payee, s.amount::text AS "amount!",
+                   s.valid_before, s.nonce, s.signature, s.state, p.state AS intent_state, s.tx_nonce,
+                   s.tx_hashes, s.max_fee_per_gas::text AS max_fee_per_gas,
+                   s.max_priority_fee_per_gas::text AS max_priority_fee_per_gas, s.sent_at_block
+              FROM chain_submissions s
+              JOIN payment_intents p ON p.merchant_id = s.merchant_id AND p.id = s.intent_id
+             WHERE s.chain_id = $1 AND s.state <> 'done'
+             ORDER BY s.created_at
+             LIMIT $2
+            "#,
+            self.chain.id as i64,
+            BATCH,
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        metrics::gauge!(names::RELAYER_PENDING, "chain" => self.chain.name.clone())
+            .set(open.len() as f64);
+        if open.is_empty() {
+            return Ok(());
+        }
+        let head = self.node.get_block_number().await?;
+        for submission in open {
+            // The listener decided: the intent is paid, failed or expired. Nothing left to send.
+            if submission.intent_state != "processing" {
+                finish(
+                    conn,
+                    &submission,
+                    &format!("intent_{}", submission.intent_state),
+                )
+                .await?;
+                continue;
+            }
+            if submission.state == "sent" && self.still_pending(&submission, head).await? {
+                continue;
+            }
+            if !still_held().await? {
+                return Ok(());
+            }
+            if let Err(e) = self.submit(conn, &submission, head).await {
+                record_error(conn, &submission, &e.to_string()).await?;
+                if matches!(e, RelayError::Database(_)) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a sent transaction should be left alone: one of its hashes is mined, or it has not
+    /// waited `replace_after` blocks yet while its nonce is still open.
+    async fn still_pending(&self, s: &Submission, head: u64) -> Result<bool, RelayError> {
+        for hash in &s.tx_hashes {
+            let hash: B256 = hash
+                .parse()
+                .map_err(|e| RelayError::Signing(format!("stored hash: {e}")))?;
+            if let Some(receipt) = self.node.get_transaction_receipt(hash).await? {
+                // Mined and it did its work: the listener takes over. A reverted one (someone
+                // else used the authorization first) is checked again by simulation below.
+                if receipt.status() {
+                    return Ok(true);
+                }
+                return Ok(false);
+            }
+        }
+        let sent_at = s.sent_at_block.unwrap_or(0) as u64;
+        Ok(head < sent_at + self.replace_after)
+    }
+
+    /// Sends the submission's authorization: a replacement at the same account nonce with higher
+    /// fees if that nonce is still open, else a new transaction. A simulation first tells whether
+    /// the chain would still take it.
+    async fn submit(
+        &self,
+        conn: &mut PgConnection,
+        s: &Submission,
+        head: u64,
+    ) -> Result<(), RelayError> {
+        let authorization = authorization_of(self.chain, s)?;
+        let signature = PayerSignature::from_stored(&s.signature).map_err(RelayError::Signing)?;
+        let input = authorization.calldata(&signature);
+        let from = self.key.address();
+        let request = TransactionRequest::default()
+            .with_from(from)
+            .with_to(authorization.token)
+            .with_input(input);
+        match self.node.call(request.clone()).await {
+            Ok(_) => {}
+            Err(e) => match ChainError::from(e) {
+                ChainError::Reverted { reason } if reason.contains("authorization is used") => {
+                    return finish(conn, s, "authorization_used")
+                        .await
+                        .map_err(Into::into);
+                }
+                ChainError::Reverted { reason } if reason.contains("authorization is expired") => {
+                    return finish(conn, s, "authorization_expired")
+                        .await
+                        .map_err(Into::into);
+                }
+                other => return Err(other.into()),
+            },
+        }
+        let latest_nonce = self.node.get_transaction_count(from).await?;
+        let replacing = s.state == "sent" && s.tx_nonce.is_some_and(|n| n as u64 >= latest_nonce);
+        let tx_nonce = match (replacing, s.tx_nonce) {
+            (true, Some(n)) => n as u64,
+            _ => self.node.get_transaction_count(from).pending().await?,
+        };
+        let estimate = self.node.estimate_eip1559_fees().await?;
+        let (mut max_fee, mut priority) =
+            (estimate.max_fee_per_gas, estimate.max_priority_fee_per_gas);
+        if replacing {
+            let bump = |old: &Option<String>| {
+                old.as_deref()
+                    .and_then(|v| v.parse::<u128>().ok())
+                    .map_or(0, |v| v * BUMP_PERCENT / 100 + 1)
+            };
+            max_fee = max_fee.max(bump(&s.max_fee_per_gas));
+            priority = priority.max(bump(&s.max_priority_fee_per_gas));
+            max_fee = max_fee.max(priority);
+        }
+        let gas = self.node.estimate_gas(request.clone()).await?;
+        let request = request
+            .with_nonce(tx_nonce)
+            .with_chain_id(self.chain.id)
+            .with_gas_limit(gas + gas / 5)
+            .with_max_fee_per_gas(max_fee)
+            .with_max_priority_fee_per_gas(priority);
+        let wallet = EthereumWallet::from(self.key.0.clone());
+        let envelope: TxEnvelope = request
+            .build(&wallet)
+            .await
+            .map_err(|e| RelayError::Signing(e.to_string()))?;
+        let hash = *envelope.tx_hash();
+        let _pending = self
+            .node
+            .send_raw_transaction(&envelope.encoded_2718())
+            .await?;
+        crash_point_after_broadcast();
+        sqlx::query!(
+            r#"
+            UPDATE chain_submissions
+               SET state = 'sent', relayer = $3, tx_nonce = $4, tx_hashes = array_append(tx_hashes, $5),
+                   max_fee_per_gas = $6::text::numeric, max_priority_fee_per_gas = $7::text::numeric,
+                   sent_at_block = $8, attempts = attempts + 1, last_error = NULL, updated_at = now()
+             WHERE merchant_id = $1 AND intent_id = $2
+            "#,
+            s.merchant_id,
+            s.intent_id,
+            from.to_checksum(None),
+            tx_nonce as i64,
+            hash.to_string(),
+            max_fee.to_string(),
+            priority.to_string(),
+            head as i64,
+        )
+        .execute(&mut *conn)
+        .await?;
+        let kind = if replacing { "replacement" } else { "new" };
+        metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)
+            .increment(1);
+        tracing::info!(chain = %self.chain.name, intent = %s.intent_id, tx = %hash, nonce = tx_nonce, max_fee, priority, kind, "authorization submitted");
+        Ok(())
+    }
+}
+
+/// A fault-injection point for the crash tests: with `RELAYER_CRASH_AFTER_BROADCAST=1` the process
+/// dies right after a broadcast, before recording it.
+fn crash_point_after_broadcast() {
+    if std::env::var_os("RELAYER_CRASH_AFTER_BROADCAST").is_some_and(|v| v == "1") {
+        tracing::error!("RELAYER_CRASH_AFTER_BROADCAST: exiting between broadcast and record");
+        std::process::abort();
+    }
+}
+
+fn authorization_of(chain: &ChainEndpoint, s: &Submission) -> Result<Authorization, RelayError> {
+    let bad = |what: &str| RelayError::Signing(format!("stored {what} is malformed"));
+    Ok(Authorization {
+        chain_id: chain.id,
+        token: s.token.parse().map_err(|_| bad("token"))?,
+        // Name and version only enter the digest, which the relayer does not need.
+        token_name: String::new(),
+        token_version: String::new(),
+        from: s.payer.parse().map_err(|_| bad("payer"))?,
+        to: s.payee.parse().map_err(|_| bad("payee"))?,
+        value: s.amount.parse::<U256>().map_err(|_| bad("amount"))?,
+        valid_before: s.valid_before as u64,
+        nonce: B256::try_from(s.nonce.as_slice()).map_err(|_| bad("nonce"))?,
+    })
+}
+
+async fn finish(conn: &mut PgConnection, s: &Submission, outcome: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE chain_submissions SET state = 'done', outcome = $3, updated_at = now()
+          WHERE merchant_id = $1 AND intent_id = $2",
+        s.merchant_id,
+        s.intent_id,
+        outcome,
+    )
+    .execute(conn)
+    .await?;
+    tracing::info!(intent = %s.intent_id, outcome, "submission done");
+    Ok(())
+}
+
+async fn record_error(
+    conn: &mut PgConnection,
+    s: &Submission,
+    error: &str,
+) -> Result<(), sqlx::Error> {
+    tracing::warn!(intent = %s.intent_id, error, "submission failed; retrying next tick");
+    sqlx::query!(
+        "UPDATE chain_submissions SET attempts = attempts + 1, last_error = $3, updated_at = now()
+          WHERE merchant_id = $1 AND intent_id = $2",
+        s.merchant_id,
+        s.intent_id,
+        error,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}

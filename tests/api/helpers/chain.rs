@@ -1,0 +1,177 @@
+//! A real chain per test: anvil on a free port with the devnet token deployed, `cast` (an
+//! EIP-712 and transaction implementation that is not ours) to sign and send as the payer, and
+//! the node's own RPC methods to mine, travel in time, snapshot and revert.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use payments_api::{
+    chain::devnet::{self, ANVIL_KEYS},
+    config::{SettlementSettings, parse_chains},
+};
+use serde_json::{Value, json};
+
+/// The seed's token, anvil's first contract.
+pub const TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+pub const PAYER: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+pub const PAYEE: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+pub const PAYER_KEY: &str = ANVIL_KEYS[1];
+/// Anvil's fourth account pays the relayer's gas.
+pub const RELAYER_KEY: &str = ANVIL_KEYS[3];
+
+/// A pinned chain tool: `ANVIL_BIN` / `CAST_BIN`, else the npm install in `contracts/`.
+fn tool(name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(format!("{}_BIN", name.to_uppercase())) {
+        return path.into();
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("contracts/node_modules/.bin")
+        .join(name);
+    assert!(
+        local.exists(),
+        "{name} is missing: run `make chain-tools` (npm ci in contracts/) or set {}_BIN",
+        name.to_uppercase()
+    );
+    local
+}
+
+pub struct Anvil {
+    child: Child,
+    pub url: String,
+}
+
+impl Anvil {
+    /// Anvil with the devnet token deployed (chain 31337, automine).
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    pub async fn start_with(args: &[&str]) -> Self {
+        let mut child = Command::new(tool("anvil"))
+            .args(["--port", "0", "--chain-id", "31337"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start anvil");
+        let stdout = child.stdout.take().unwrap();
+        let url = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let address = lines
+                .by_ref()
+                .map_while(Result::ok)
+                .find_map(|line| line.strip_prefix("Listening on ").map(str::to_owned))
+                .expect("anvil says where it listens");
+            // Keep draining, or anvil blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            format!("http://{address}")
+        })
+        .await
+        .unwrap();
+        let anvil = Self { child, url };
+        devnet::set_up(&anvil.url.parse().unwrap())
+            .await
+            .expect("deploy the devnet token");
+        anvil
+    }
+
+    /// Settlement settings for this chain.
+    pub fn settlement(&self, confirmations: u64) -> SettlementSettings {
+        SettlementSettings {
+            chains: parse_chains(&format!("evm:31337={}", self.url)).unwrap(),
+            confirmations,
+            poll_interval: Duration::from_millis(50),
+            relayer_private_key: None,
+            replace_after_blocks: 2,
+        }
+    }
+
+    /// A JSON-RPC call to the node.
+    pub async fn rpc(&self, method: &str, params: Value) -> Value {
+        let answer: Value = reqwest::Client::new()
+            .post(&self.url)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    }
+
+    pub async fn mine(&self, blocks: u64) {
+        self.rpc("anvil_mine", json!([format!("{blocks:#x}")]))
+            .await;
+    }
+
+    pub async fn block_number(&self) -> u64 {
+        let hex = self.rpc("eth_blockNumber", json!([])).await;
+        u64::from_str_radix(hex.as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    }
+
+    /// Runs `cast` against this node; returns its stdout, trimmed.
+    pub fn cast(&self, args: &[&str]) -> String {
+        let output = Command::new(tool("cast"))
+            .args(args)
+            .env("ETH_RPC_URL", &self.url)
+            .output()
+            .expect("run cast");
+        assert!(
+            output.status.success(),
+            "cast {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    }
+
+    /// `address`'s balance of the devnet token.
+    pub fn balance(&self, address: &str) -> u128 {
+        let out = self.cast(&["call", TOKEN, "balanceOf(address)(uint256)", address]);
+        out.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// The payer's signature of `typed_data`, made by cast.
+    pub fn sign(&self, key: &str, typed_data: &Value) -> String {
+        self.cast(&[
+            "wallet",
+            "sign",
+            "--data",
+            "--private-key",
+            key,
+            &typed_data.to_string(),
+        ])
+    }
+
+    /// The payer submits the authorization in `typed_data` with `signature` themselves.
+    pub fn submit_as_payer(&self, typed_data: &Value, signature: &str) -> String {
+        let m = &typed_data["message"];
+        let text = |v: &Value| v.as_str().unwrap().to_owned();
+        self.cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            TOKEN,
+            "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
+            &text(&m["from"]),
+            &text(&m["to"]),
+            &text(&m["value"]),
+            &text(&m["validAfter"]),
+            &text(&m["validBefore"]),
+            &text(&m["nonce"]),
+            signature,
+        ])
+    }
+}
+
+impl Drop for Anvil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,416 @@
+//! Settlement on chain against a real anvil: the authorization signed by cast, confirm, the
+//! relayer, the payer paying without us, the listener's confirmations, reorgs and expiry by chain
+//! time (`docs/settlement.md`).
+
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    DEMO_TOKEN, SEED_BODY, TestApp,
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY},
+};
+
+const AMOUNT: u128 = 100_000_000;
+
+async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> TestApp {
+    let settlement = anvil.settlement(confirmations);
+    TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        if relayer {
+            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+        }
+    })
+    .await
+}
+
+async fn create(app: &TestApp, body: &str) -> String {
+    let created = app.create_intent(DEMO_TOKEN, None, body).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    created.json()["id"].as_str().unwrap().to_owned()
+}
+
+async fn typed_data(app: &TestApp, id: &str) -> Value {
+    let answer = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["typed_data"].clone()
+}
+
+async fn confirm(app: &TestApp, id: &str, signature: &str) -> crate::helpers::Answer {
+    let body = json!({ "signature": signature }).to_string();
+    app.post_as(
+        DEMO_TOKEN,
+        &format!("/v1/payment_intents/{id}/confirm"),
+        Some(&format!("confirm-{id}")),
+        &body,
+    )
+    .await
+}
+
+async fn wait_for_state(app: &TestApp, id: &str, state: &str) {
+    app.wait_until(
+        &format!("{id} is {state}"),
+        &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = '{state}'"),
+    )
+    .await;
+}
+
+async fn event_types(app: &TestApp, id: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version")
+        .bind(id)
+        .fetch_all(&app.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 3, true).await;
+    let before = anvil.balance(PAYEE);
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    assert_eq!(typed["domain"]["name"], "Devnet USD");
+    assert_eq!(typed["message"]["value"], "100000000");
+    // Signed by cast, an EIP-712 implementation that is not ours.
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    let confirmed = confirm(&app, &id, &signature).await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["state"], "processing");
+    // The same key replays the same answer; the intent is confirmed once.
+    let again = confirm(&app, &id, &signature).await;
+    assert_eq!(
+        (again.status, again.body.as_str()),
+        (200, confirmed.body.as_str())
+    );
+    app.wait_until(
+        "the relayer sent it",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+    )
+    .await;
+    // Mined but not yet confirmed: still processing.
+    app.wait_until(
+        "the listener saw it",
+        &format!("EXISTS (SELECT 1 FROM chain_observations WHERE intent_id = '{id}')"),
+    )
+    .await;
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
+        "processing"
+    );
+    anvil.mine(3).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["version"], 3);
+    assert!(
+        intent["settlement"]["transaction_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("0x")
+    );
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(
+        event_types(&app, &id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.processing",
+            "payment_intent.succeeded"
+        ]
+    );
+    app.wait_until(
+        "the relayer let go",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_payer_who_submits_the_authorization_without_us_settles_the_intent() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(2).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    let actor: String =
+        sqlx::query_scalar("SELECT actor FROM payment_intent_transitions WHERE intent_id = $1")
+            .bind(&id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(actor, "chain");
+    // Paid: it cannot be confirmed or canceled any more.
+    assert_eq!(confirm(&app, &id, &signature).await.status, 409);
+    assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 409);
+}
+
+#[tokio::test]
+async fn confirm_checks_the_signature_and_the_state() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    // Signed by someone else than the payer.
+    let stranger = anvil.sign(RELAYER_KEY, &typed);
+    let answer = confirm(&app, &id, &stranger).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("signature: signed by"),
+        "{}",
+        answer.body
+    );
+    for malformed in ["0x1234", "nothex", &format!("0x{}", "f".repeat(130))] {
+        let body = json!({ "signature": malformed }).to_string();
+        let answer = app
+            .post_as(
+                DEMO_TOKEN,
+                &format!("/v1/payment_intents/{id}/confirm"),
+                None,
+                &body,
+            )
+            .await;
+        assert_eq!(answer.status, 400, "{malformed}: {}", answer.body);
+        assert!(answer.body.contains("signature"), "{}", answer.body);
+    }
+    let missing = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            None,
+            "{}",
+        )
+        .await;
+    assert_eq!(missing.status, 400);
+    assert!(missing.body.contains("signature"), "{}", missing.body);
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
+        "created"
+    );
+    // A canceled intent has nothing to authorize.
+    assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
+    let answer = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(answer.status, 409, "{}", answer.body);
+    // Another chain than the served one is refused at creation.
+    let elsewhere = SEED_BODY.replace("evm:31337", "evm:1");
+    let refused = app.create_intent(DEMO_TOKEN, None, &elsewhere).await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("chain"), "{}", refused.body);
+}
+
+#[tokio::test]
+async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    // An address with no code: not a token at all.
+    let no_code = SEED_BODY.replace(
+        "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+        "0x000000000000000000000000000000000000dEaD",
+    );
+    let id = create(&app, &no_code).await;
+    let answer = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(answer.status, 422, "{}", answer.body);
+    assert_eq!(answer.json()["error"], "token_not_supported");
+    drop(anvil);
+    // The chain is gone and this token was never read: 503, nothing stored.
+    let id = create(&app, SEED_BODY).await;
+    let answer = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert!(answer.header("retry-after").is_some());
+}
+
+#[tokio::test]
+async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reinclusion() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 3, false).await;
+    let before = anvil.balance(PAYEE);
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
+    anvil.submit_as_payer(&typed, &signature);
+    let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE intent_id = '{id}')");
+    app.wait_until("the listener saw the payment", &observed)
+        .await;
+    // The block is orphaned: the chain goes back and grows other blocks at the same heights.
+    anvil.rpc("evm_revert", json!([snapshot])).await;
+    anvil.mine(2).await;
+    app.wait_until(
+        "the orphaned observation is dropped",
+        &format!("NOT {observed}"),
+    )
+    .await;
+    anvil.mine(3).await;
+    app.wait_until(
+        "the listener passed the reorg",
+        &format!(
+            "(SELECT block_number FROM chain_cursors) >= {}",
+            anvil.block_number().await
+        ),
+    )
+    .await;
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
+        "created"
+    );
+    assert_eq!(anvil.balance(PAYEE), before);
+    // Re-included: it settles, once.
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(3).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(
+        event_types(&app, &id).await,
+        ["payment_intent.created", "payment_intent.succeeded"]
+    );
+}
+
+/// Sets the next block's timestamp (anvil_setNextBlockTimestamp).
+async fn next_block_at(anvil: &Anvil, timestamp: u64) {
+    anvil
+        .rpc("evm_setNextBlockTimestamp", json!([timestamp]))
+        .await;
+}
+
+fn valid_before(typed: &Value) -> u64 {
+    typed["message"]["validBefore"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn expiry_follows_the_chains_time_not_ours() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let short = SEED_BODY.replace(r#""expires_in_seconds":900"#, r#""expires_in_seconds":60"#);
+    let unpaid = create(&app, &short).await;
+    let confirmed = create(&app, &short).await;
+    let raced = create(&app, &short).await;
+    let typed = typed_data(&app, &confirmed).await;
+    assert_eq!(
+        confirm(&app, &confirmed, &anvil.sign(PAYER_KEY, &typed))
+            .await
+            .status,
+        200
+    );
+    let race = typed_data(&app, &raced).await;
+    let deadline = valid_before(&race);
+    // Paid in the last block the token still accepts it: one second before validBefore.
+    next_block_at(&anvil, deadline - 1).await;
+    anvil.submit_as_payer(&race, &anvil.sign(PAYER_KEY, &race));
+    // Our own sweeper never expires intents of a settled chain, however late it is by our clock.
+    sqlx::query("UPDATE payment_intents SET expires_at = now() - interval '1 hour'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let swept = app.sweep().await.unwrap();
+    assert_eq!(swept.intents_expired, 0);
+    next_block_at(&anvil, deadline + 1).await;
+    anvil.mine(3).await;
+    wait_for_state(&app, &raced, "succeeded").await;
+    wait_for_state(&app, &unpaid, "canceled").await;
+    wait_for_state(&app, &confirmed, "failed").await;
+    let unpaid = app.get_intent(DEMO_TOKEN, &unpaid).await.json();
+    assert_eq!(unpaid["cancellation_reason"], "expired");
+    let failed = app.get_intent(DEMO_TOKEN, &confirmed).await.json();
+    assert_eq!(failed["failure_reason"], "authorization_expired");
+}
+
+#[tokio::test]
+async fn expiry_waits_for_a_confirmed_block_past_valid_before() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 3, false).await;
+    let short = SEED_BODY.replace(r#""expires_in_seconds":900"#, r#""expires_in_seconds":60"#);
+    let id = create(&app, &short).await;
+    let deadline = valid_before(&typed_data(&app, &id).await);
+    next_block_at(&anvil, deadline).await;
+    anvil.mine(1).await;
+    app.wait_until(
+        "the listener saw the block past validBefore",
+        &format!(
+            "(SELECT block_number FROM chain_cursors) >= {}",
+            anvil.block_number().await
+        ),
+    )
+    .await;
+    // The block exists but is not confirmed yet: a reorg could still replace it.
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
+        "created"
+    );
+    anvil.mine(2).await;
+    wait_for_state(&app, &id, "canceled").await;
+}
+
+#[tokio::test]
+async fn a_payer_who_paid_after_the_merchant_canceled_is_recorded_on_the_canceled_intent() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(2).await;
+    app.wait_until(
+        "the payment is recorded",
+        &format!("(SELECT settlement IS NOT NULL FROM payment_intents WHERE id = '{id}')"),
+    )
+    .await;
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["state"], "canceled");
+    assert_eq!(intent["cancellation_reason"], "merchant_request");
+    assert_eq!(
+        event_types(&app, &id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.canceled",
+            "payment_intent.paid_after_cancel"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_nonce_burned_on_another_amount_fails_the_intent() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let before = anvil.balance(PAYEE);
+    let id = create(&app, SEED_BODY).await;
+    let mut typed = typed_data(&app, &id).await;
+    // The payer signs the intent's nonce over one token unit instead of the amount.
+    typed["message"]["value"] = json!("1");
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(2).await;
+    wait_for_state(&app, &id, "failed").await;
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["failure_reason"],
+        "nonce_used_otherwise"
+    );
+    assert_eq!(anvil.balance(PAYEE) - before, 1);
+    assert_eq!(anvil.balance(PAYER), 1_000_000_000_000 - 1);
+}
