@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use alloy::{
     consensus::TxEnvelope,
-    eips::eip2718::Encodable2718,
+    eips::{BlockId, eip2718::Encodable2718},
     network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder},
     primitives::{Address, B256, U256},
     providers::Provider,
@@ -198,7 +198,17 @@ impl Relayer<'_> {
         if open.is_empty() {
             return Ok(());
         }
-        let head = self.node.get_block_number().await?;
+        let head = match self.node.get_block_number().await {
+            Ok(head) => head,
+            Err(e) => {
+                // Each waiting submission says why it waits.
+                let error = RelayError::from(e);
+                for submission in &open {
+                    record_error(conn, submission, &error.to_string()).await?;
+                }
+                return Err(error);
+            }
+        };
         for submission in open {
             // The listener decided: the intent is paid, failed or expired. Nothing left to send.
             if submission.intent_state != "processing" {
@@ -263,18 +273,24 @@ impl Relayer<'_> {
             .with_from(from)
             .with_to(authorization.token)
             .with_input(input);
-        match self.node.call(request.clone()).await {
+        // Against the latest block, not the pending one: a broadcast that only sits in a pool
+        // (perhaps ours, unrecorded) has paid nothing yet and may never be mined.
+        match self
+            .node
+            .call(request.clone())
+            .block(BlockId::latest())
+            .await
+        {
             Ok(_) => {}
             Err(e) => match ChainError::from(e) {
-                ChainError::Reverted { reason } if reason.contains("authorization is used") => {
-                    return finish(conn, s, "authorization_used")
-                        .await
-                        .map_err(Into::into);
-                }
-                ChainError::Reverted { reason } if reason.contains("authorization is expired") => {
-                    return finish(conn, s, "authorization_expired")
-                        .await
-                        .map_err(Into::into);
+                // Used or expired on chain: nothing to send. The listener moves the intent once
+                // the block is confirmed; until then a reorg could still undo it, so the
+                // submission stays open and is looked at again.
+                ChainError::Reverted { reason }
+                    if reason.contains("authorization is used")
+                        || reason.contains("authorization is expired") =>
+                {
+                    return note(conn, s, &reason).await.map_err(Into::into);
                 }
                 other => return Err(other.into()),
             },
@@ -298,7 +314,11 @@ impl Relayer<'_> {
             priority = priority.max(bump(&s.max_priority_fee_per_gas));
             max_fee = max_fee.max(priority);
         }
-        let gas = self.node.estimate_gas(request.clone()).await?;
+        let gas = self
+            .node
+            .estimate_gas(request.clone())
+            .block(BlockId::latest())
+            .await?;
         let request = request
             .with_nonce(tx_nonce)
             .with_chain_id(self.chain.id)
@@ -347,7 +367,8 @@ impl Relayer<'_> {
 /// dies right after a broadcast, before recording it.
 fn crash_point_after_broadcast() {
     if std::env::var_os("RELAYER_CRASH_AFTER_BROADCAST").is_some_and(|v| v == "1") {
-        tracing::error!("RELAYER_CRASH_AFTER_BROADCAST: exiting between broadcast and record");
+        // Straight to stderr: the log writer's buffer dies with the process.
+        eprintln!("RELAYER_CRASH_AFTER_BROADCAST: exiting between broadcast and record");
         std::process::abort();
     }
 }
@@ -379,6 +400,20 @@ async fn finish(conn: &mut PgConnection, s: &Submission, outcome: &str) -> Resul
     .execute(conn)
     .await?;
     tracing::info!(intent = %s.intent_id, outcome, "submission done");
+    Ok(())
+}
+
+/// Records why a submission waits, without a log line per tick.
+async fn note(conn: &mut PgConnection, s: &Submission, why: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE chain_submissions SET last_error = $3, updated_at = now()
+          WHERE merchant_id = $1 AND intent_id = $2 AND last_error IS DISTINCT FROM $3",
+        s.merchant_id,
+        s.intent_id,
+        why,
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

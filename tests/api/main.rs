@@ -14,4 +14,5 @@ mod operations;
 mod pool;
 mod security;
 mod settlement;
+mod settlement_faults;
 mod webhooks;

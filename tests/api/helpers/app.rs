@@ -133,6 +133,17 @@ impl TestApp {
         }
     }
 
+    /// The same test view (database, client) talking to another server, e.g. a child process.
+    pub fn pointed_at(&self, address: &str) -> Self {
+        Self {
+            address: address.to_owned(),
+            database_url: self.database_url.clone(),
+            db: self.db.clone(),
+            client: self.client.clone(),
+            settled_chains: self.settled_chains.clone(),
+        }
+    }
+
     /// One round of the sweepers, as a replica runs it, on a connection of the test's own.
     pub async fn sweep(&self) -> Result<SweepReport, sqlx::Error> {
         let mut connection = self.db.acquire().await.expect("test connection");

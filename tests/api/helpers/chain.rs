@@ -175,3 +175,68 @@ impl Drop for Anvil {
         let _ = self.child.wait();
     }
 }
+
+/// The environment that turns settlement on for a `payments-api` child process.
+pub fn settlement_env(rpc_url: &str, confirmations: u64, relayer: bool) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("CHAINS".to_owned(), format!("evm:31337={rpc_url}")),
+        ("CHAIN_CONFIRMATIONS".to_owned(), confirmations.to_string()),
+        ("CHAIN_POLL_INTERVAL_MS".to_owned(), "50".to_owned()),
+        ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "2".to_owned()),
+    ];
+    if relayer {
+        env.push(("RELAYER_PRIVATE_KEY".to_owned(), RELAYER_KEY.to_owned()));
+    }
+    env
+}
+
+/// A TCP gate in front of the node: while closed, every connection through it is cut and new
+/// ones are dropped at once, as when a node goes down; opened again, it forwards as before.
+pub struct Gate {
+    pub url: String,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    pub async fn start(upstream: &str) -> Self {
+        let upstream = reqwest::Url::parse(upstream).unwrap();
+        let upstream = format!(
+            "{}:{}",
+            upstream.host_str().unwrap(),
+            upstream.port().unwrap()
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (open, watch) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if !*watch.borrow() {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let mut watch = watch.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = watch.wait_for(|open| !open) => {}
+                    }
+                });
+            }
+        });
+        Self { url, open }
+    }
+
+    pub fn close(&self) {
+        self.open.send_replace(false);
+    }
+
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}

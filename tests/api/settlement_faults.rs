@@ -1,0 +1,335 @@
+//! Settlement under faults, for real: a transaction stuck under a rising base fee, a relayer
+//! killed between broadcast and record, a listener SIGKILLed while payments land, a chain that goes
+//! down and comes back, and two replicas relaying and listening at once.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{
+    DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp,
+    chain::{Anvil, Gate, PAYEE, PAYER_KEY, RELAYER_KEY, settlement_env},
+};
+
+const AMOUNT: u128 = 100_000_000;
+
+async fn create(app: &TestApp) -> String {
+    let created = app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    created.json()["id"].as_str().unwrap().to_owned()
+}
+
+async fn typed_data(app: &TestApp, id: &str) -> serde_json::Value {
+    let answer = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["typed_data"].clone()
+}
+
+/// Creates an intent and confirms it with the payer's signature (made by cast).
+async fn create_and_confirm(app: &TestApp, anvil: &Anvil) -> String {
+    let id = create(app).await;
+    let signature = anvil.sign(PAYER_KEY, &typed_data(app, &id).await);
+    let body = json!({ "signature": signature }).to_string();
+    let answer = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some(&format!("confirm-{id}")),
+            &body,
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    id
+}
+
+async fn wait_for_state(app: &TestApp, id: &str, state: &str) {
+    app.wait_until(
+        &format!("{id} is {state}"),
+        &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = '{state}'"),
+    )
+    .await;
+}
+
+/// How many times the intent became `succeeded`, by its transitions and by its events.
+async fn times_settled(app: &TestApp, id: &str) -> (i64, i64) {
+    let transitions = sqlx::query_scalar(
+        "SELECT count(*) FROM payment_intent_transitions WHERE intent_id = $1 AND to_state = 'succeeded'",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let events = sqlx::query_scalar(
+        "SELECT count(*) FROM events WHERE subject_id = $1 AND type = 'payment_intent.succeeded'",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    (transitions, events)
+}
+
+async fn tx_hashes(app: &TestApp, id: &str) -> Vec<String> {
+    sqlx::query_scalar("SELECT tx_hashes FROM chain_submissions WHERE intent_id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+fn env_refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+#[tokio::test]
+async fn a_transaction_stuck_under_a_rising_base_fee_is_replaced_with_higher_fees() {
+    let anvil = Anvil::start().await;
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    let settlement = anvil.settlement(2);
+    let app = TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let before = anvil.balance(PAYEE);
+    let id = create_and_confirm(&app, &anvil).await;
+    app.wait_until(
+        "the relayer sent it",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+    )
+    .await;
+    // Blocks now cost a thousand times what the transaction offers: it stays in the pool.
+    anvil
+        .rpc(
+            "anvil_setNextBlockBaseFeePerGas",
+            json!([format!("{:#x}", 1_000_000_000_000u64)]),
+        )
+        .await;
+    anvil.mine(3).await;
+    app.wait_until(
+        "the relayer replaced it",
+        &format!(
+            "(SELECT cardinality(tx_hashes) FROM chain_submissions WHERE intent_id = '{id}') >= 2"
+        ),
+    )
+    .await;
+    let hashes = tx_hashes(&app, &id).await;
+    let fees: (String, String) = sqlx::query_as(
+        "SELECT max_fee_per_gas::text, tx_nonce::text FROM chain_submissions WHERE intent_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert!(
+        fees.0.parse::<u128>().unwrap() > 1_000_000_000_000 / 2,
+        "fees follow the base fee: {fees:?}"
+    );
+    assert_eq!(fees.1, "0", "a replacement reuses the relayer's nonce");
+    anvil.mine(3).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(times_settled(&app, &id).await, (1, 1));
+    let receipt = anvil
+        .rpc("eth_getTransactionReceipt", json!([hashes[0]]))
+        .await;
+    assert!(
+        receipt.is_null(),
+        "the stuck transaction was replaced, never mined"
+    );
+}
+
+#[tokio::test]
+async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
+    let anvil = Anvil::start().await;
+    // Nothing is mined until the test says so: the first broadcast is still pending when the
+    // restarted relayer sends again.
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    let view = TestApp::spawn().await;
+    let mut env = settlement_env(&anvil.url, 2, true);
+    env.push(("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "1".to_owned()));
+    let mut doomed = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
+    let app = view.pointed_at(&doomed.address);
+    let before = anvil.balance(PAYEE);
+    let id = create_and_confirm(&app, &anvil).await;
+    let died = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(status) = doomed.child.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the relayer crashed after its broadcast");
+    assert!(!died.success());
+    assert!(doomed.logs().contains("between broadcast and record"));
+    assert!(
+        tx_hashes(&app, &id).await.is_empty(),
+        "the broadcast was never recorded"
+    );
+    let pending = anvil.rpc("txpool_content", json!([])).await;
+    assert_eq!(
+        pending["pending"].as_object().unwrap().len(),
+        1,
+        "one relayer transaction in the pool"
+    );
+
+    env.pop();
+    let restarted = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
+    let app = view.pointed_at(&restarted.address);
+    // It has no record of the first broadcast, which paid nothing yet: it sends again.
+    app.wait_until(
+        "the restarted relayer sent again",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+    )
+    .await;
+    let resent = tx_hashes(&app, &id).await;
+    anvil.mine(3).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    assert_eq!(
+        anvil.balance(PAYEE) - before,
+        AMOUNT,
+        "one transfer, however often it was sent"
+    );
+    assert_eq!(times_settled(&app, &id).await, (1, 1));
+    let second = anvil
+        .rpc("eth_getTransactionReceipt", json!([resent[0]]))
+        .await;
+    assert_eq!(
+        second["status"], "0x0",
+        "the second submission reverted on the used nonce"
+    );
+    app.wait_until(
+        "the relayer let go",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_listener_killed_while_payments_land_resumes_from_its_cursor() {
+    let anvil = Anvil::start().await;
+    let view = TestApp::spawn().await;
+    let env = settlement_env(&anvil.url, 2, false);
+    let mut first = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
+    let app = view.pointed_at(&first.address);
+    let mut ids = Vec::new();
+    let mut authorizations = Vec::new();
+    for _ in 0..3 {
+        let id = create(&app).await;
+        let typed = typed_data(&app, &id).await;
+        let signature = anvil.sign(PAYER_KEY, &typed);
+        ids.push(id);
+        authorizations.push((typed, signature));
+    }
+    anvil.submit_as_payer(&authorizations[0].0, &authorizations[0].1);
+    anvil.mine(2).await;
+    wait_for_state(&app, &ids[0], "succeeded").await;
+
+    first.child.kill().expect("SIGKILL the server");
+    first.child.wait().unwrap();
+    for (typed, signature) in &authorizations[1..] {
+        anvil.submit_as_payer(typed, signature);
+    }
+    anvil.mine(3).await;
+
+    let second = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
+    let app = view.pointed_at(&second.address);
+    for id in &ids {
+        wait_for_state(&app, id, "succeeded").await;
+        assert_eq!(times_settled(&app, id).await, (1, 1), "{id} settled once");
+    }
+    let observations: i64 = sqlx::query_scalar("SELECT count(*) FROM chain_observations")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(observations, 3, "nothing missed, nothing twice");
+}
+
+#[tokio::test]
+async fn confirm_is_accepted_while_the_chain_is_down_and_settles_once_it_is_back() {
+    let anvil = Anvil::start().await;
+    let gate = Gate::start(&anvil.url).await;
+    let mut settlement = anvil.settlement(2);
+    settlement.chains =
+        payments_api::config::parse_chains(&format!("evm:31337={}", gate.url)).unwrap();
+    let app = TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let before = anvil.balance(PAYEE);
+    let id = create(&app).await;
+    // The token is read once, while the chain is up.
+    let signature = anvil.sign(PAYER_KEY, &typed_data(&app, &id).await);
+    gate.close();
+    let body = json!({ "signature": signature }).to_string();
+    let confirmed = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some("down-1"),
+            &body,
+        )
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["state"], "processing");
+    app.wait_until(
+        "the relayer tried and failed",
+        &format!("(SELECT last_error IS NOT NULL FROM chain_submissions WHERE intent_id = '{id}')"),
+    )
+    .await;
+    assert!(tx_hashes(&app, &id).await.is_empty());
+    gate.open();
+    app.wait_until(
+        "the relayer sent it",
+        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+    )
+    .await;
+    anvil.mine(2).await;
+    wait_for_state(&app, &id, "succeeded").await;
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(times_settled(&app, &id).await, (1, 1));
+}
+
+#[tokio::test]
+async fn two_replicas_relay_and_settle_each_payment_exactly_once() {
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(2);
+    let relaying = |s: &mut payments_api::config::Settings| {
+        s.settlement = settlement.clone();
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    };
+    let first = TestApp::spawn_with(relaying).await;
+    let second = TestApp::spawn_on(&first.database_url, relaying).await;
+    let before = anvil.balance(PAYEE);
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let app = if i % 2 == 0 { &first } else { &second };
+        ids.push(create_and_confirm(app, &anvil).await);
+    }
+    first
+        .wait_until(
+            "every authorization was sent",
+            "(SELECT bool_and(state <> 'queued') FROM chain_submissions)",
+        )
+        .await;
+    anvil.mine(2).await;
+    for id in &ids {
+        wait_for_state(&first, id, "succeeded").await;
+        assert_eq!(times_settled(&first, id).await, (1, 1), "{id} settled once");
+        assert_eq!(tx_hashes(&first, id).await.len(), 1, "{id} was sent once");
+    }
+    assert_eq!(anvil.balance(PAYEE) - before, 6 * AMOUNT);
+    let holders: i64 = sqlx::query_scalar("SELECT count(DISTINCT holder) FROM relayer_leases")
+        .fetch_one(&first.db)
+        .await
+        .unwrap();
+    assert_eq!(holders, 1, "one relayer per key");
+}
