@@ -18,4 +18,5 @@ pub const TYPES: &[&str] = &[
     "payment_intent.processing",
     "payment_intent.succeeded",
     "payment_intent.failed",
+    "payment_intent.paid_after_cancel",
 ];

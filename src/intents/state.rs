@@ -251,6 +251,17 @@ mod tests {
     }
 
     #[test]
+    fn every_transition_announces_a_known_event_type() {
+        for t in TRANSITIONS {
+            let kind = t.event_type();
+            assert!(
+                crate::events::TYPES.contains(&kind.as_str()),
+                "{kind} is not in events::TYPES"
+            );
+        }
+    }
+
+    #[test]
     fn each_state_has_at_most_one_move_per_action() {
         for (i, a) in TRANSITIONS.iter().enumerate() {
             for b in &TRANSITIONS[i + 1..] {

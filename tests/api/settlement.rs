@@ -125,6 +125,15 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
         &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
     )
     .await;
+    let metrics = app.get("/metrics").await.body;
+    for series in [
+        "chain_head_block{chain=\"evm:31337\"}",
+        "chain_listener_lag_blocks{chain=\"evm:31337\"}",
+        "relayer_submissions_pending{chain=\"evm:31337\"}",
+        "settlements_total{chain=\"evm:31337\",outcome=\"succeeded\"}",
+    ] {
+        assert!(metrics.contains(series), "{series} in /metrics");
+    }
 }
 
 #[tokio::test]
