@@ -423,3 +423,49 @@ async fn a_nonce_burned_on_another_amount_fails_the_intent() {
     assert_eq!(anvil.balance(PAYEE) - before, 1);
     assert_eq!(anvil.balance(PAYER), 1_000_000_000_000 - 1);
 }
+
+#[tokio::test]
+async fn a_chain_reset_under_the_listener_stops_settlement_and_rewrites_nothing() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, false).await;
+    let id = create(&app, SEED_BODY).await;
+    let typed = typed_data(&app, &id).await;
+    anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
+    wait_for_state(&app, &id, "succeeded").await;
+    // The node forgets everything: the block that paid the intent is gone.
+    anvil.rpc("anvil_reset", json!([])).await;
+    anvil.mine(3).await;
+    app.wait_until(
+        "the listener stopped",
+        "(SELECT halted IS NOT NULL FROM chain_cursors)",
+    )
+    .await;
+    let halted: String = sqlx::query_scalar("SELECT halted FROM chain_cursors")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(halted.contains("reset under the listener"), "{halted}");
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["state"], "succeeded", "confirmed history stays");
+    assert!(
+        app.get("/metrics")
+            .await
+            .body
+            .contains("chain_listener_halted{chain=\"evm:31337\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn the_devnet_set_up_runs_twice_and_changes_nothing_the_second_time() {
+    let anvil = Anvil::start().await;
+    let block = anvil.block_number().await;
+    let before = anvil.balance(PAYER);
+    let again = payments_api::chain::devnet::set_up(&anvil.url.parse().unwrap())
+        .await
+        .unwrap();
+    assert!(!again.deployed_now);
+    assert_eq!(again.token.to_string(), crate::helpers::chain::TOKEN);
+    assert_eq!(anvil.block_number().await, block, "no transaction sent");
+    assert_eq!(anvil.balance(PAYER), before);
+    assert_eq!(before, 1_000_000_000_000, "1 000 000 tokens of 6 decimals");
+}
