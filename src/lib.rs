@@ -8,6 +8,7 @@
 //! - [`webhooks`]: endpoints, and the signed, at-least-once delivery of every event to them
 //! - [`chain`]: EVM chains: nodes, the EIP-3009 token, authorizations, the devnet
 //! - [`settlement`]: intents paid on chain: authorization and confirm, relayer, listener
+//! - [`ledger`]: the double-entry record of every confirmed payment, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
@@ -30,6 +31,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod intents;
+pub mod ledger;
 pub mod settlement;
 pub mod startup;
 pub mod sweeper;

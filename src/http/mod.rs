@@ -23,7 +23,7 @@ use crate::{
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, settlement,
+    intents, ledger, settlement,
     telemetry::{self, metrics},
     webhooks,
 };
@@ -42,6 +42,7 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
     let chains = settlement::Chains::new(&settings.settlement);
     let api = intents::router(settings.settlement.chain_names())
         .merge(settlement::routes::router(chains))
+        .merge(ledger::router())
         .merge(idempotency::router())
         .merge(events::router())
         .merge(webhooks::router(pool.clone(), settings.webhooks))

@@ -13,7 +13,7 @@ use utoipa::{
     },
 };
 
-use crate::{events, http::health, idempotency, intents, settlement, telemetry, webhooks};
+use crate::{events, http::health, idempotency, intents, ledger, settlement, telemetry, webhooks};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +28,7 @@ use crate::{events, http::health, idempotency, intents, settlement, telemetry, w
         intents::handlers::cancel,
         settlement::routes::authorization,
         settlement::routes::confirm,
+        ledger::routes::balances,
         idempotency::routes::show,
         events::routes::list,
         events::routes::show,

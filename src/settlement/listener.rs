@@ -28,6 +28,7 @@ use crate::{
         repo::{self, Expiry, Settlement, TransitionError},
         state::{Action, Actor},
     },
+    ledger,
     telemetry::metrics as names,
 };
 
@@ -455,7 +456,8 @@ async fn observe(
 
 /// Moves every intent whose nonce use is now confirmed: `succeeded` (or recorded on a canceled
 /// intent) if the transfer paid it, `failed` if the nonce was burned otherwise. Each in its own
-/// transaction with its event; `SKIP LOCKED` lets replicas share the work.
+/// transaction with its event and, for a payment, its ledger entry; `SKIP LOCKED` lets replicas
+/// share the work.
 async fn settle_confirmed(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
@@ -464,7 +466,8 @@ async fn settle_confirmed(
     loop {
         let mut tx = conn.begin().await?;
         let next = sqlx::query!(
-            r#"SELECT transaction_hash, log_index, block_number, block_timestamp, merchant_id, intent_id, pays_intent
+            r#"SELECT transaction_hash, log_index, block_number, block_timestamp, merchant_id, intent_id, pays_intent,
+                      token, transfer_from, transfer_value::text AS transfer_value
                  FROM chain_observations
                 WHERE chain_id = $1 AND applied_at IS NULL AND block_number <= $2
                 ORDER BY block_number, log_index
@@ -510,6 +513,22 @@ async fn settle_confirmed(
             Err(TransitionError::NotFound) => "ignored",
             Err(TransitionError::Database(e)) => return Err(e.into()),
         };
+        // Money that moved on chain is in the ledger, whatever the intent could still do.
+        if let (true, Some(payer), Some(amount)) =
+            (o.pays_intent, &o.transfer_from, &o.transfer_value)
+        {
+            let payment = ledger::Payment {
+                merchant_id: &o.merchant_id,
+                intent_id: &o.intent_id,
+                chain: &chain.name,
+                token: &o.token,
+                payer,
+                amount,
+                transaction_hash: &o.transaction_hash,
+                log_index: o.log_index,
+            };
+            ledger::record_payment(&mut tx, &payment).await?;
+        }
         sqlx::query!(
             "UPDATE chain_observations SET applied_at = now() WHERE chain_id = $1 AND transaction_hash = $2 AND log_index = $3",
             chain.id as i64,

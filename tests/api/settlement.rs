@@ -125,6 +125,11 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
         &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
     )
     .await;
+    let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
+    assert_eq!(
+        balances,
+        json!({"data": [{"chain": "evm:31337", "token": crate::helpers::chain::TOKEN, "amount": "100000000"}]})
+    );
     let metrics = app.get("/metrics").await.body;
     for series in [
         "chain_head_block{chain=\"evm:31337\"}",
@@ -401,6 +406,9 @@ async fn a_payer_who_paid_after_the_merchant_canceled_is_recorded_on_the_cancele
             "payment_intent.paid_after_cancel"
         ]
     );
+    // The money moved: the ledger has it, whatever the intent's state.
+    let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
+    assert_eq!(balances["data"][0]["amount"], "100000000");
 }
 
 #[tokio::test]
@@ -468,4 +476,56 @@ async fn the_devnet_set_up_runs_twice_and_changes_nothing_the_second_time() {
     assert_eq!(anvil.block_number().await, block, "no transaction sent");
     assert_eq!(anvil.balance(PAYER), before);
     assert_eq!(before, 1_000_000_000_000, "1 000 000 tokens of 6 decimals");
+}
+
+#[tokio::test]
+async fn the_ledger_refuses_an_entry_that_does_not_balance_and_any_change() {
+    let app = TestApp::spawn().await;
+    let id = create(&app, SEED_BODY).await;
+    let mut tx = app.db.begin().await.unwrap();
+    let entry: i64 = sqlx::query_scalar(
+        "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
+         VALUES ('merchant_demo', $1, 'evm:31337', '0x01', 0) RETURNING id",
+    )
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_postings VALUES ($1, 'merchant:merchant_demo', 'evm:31337', '0xT', 5)",
+    )
+    .bind(entry)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let refused = tx.commit().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("does not sum to zero"),
+        "{refused}"
+    );
+
+    let mut tx = app.db.begin().await.unwrap();
+    let entry: i64 = sqlx::query_scalar(
+        "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
+         VALUES ('merchant_demo', $1, 'evm:31337', '0x02', 0) RETURNING id",
+    )
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO ledger_postings VALUES ($1, 'merchant:merchant_demo', 'evm:31337', '0xT', 5), ($1, 'payer:0xP', 'evm:31337', '0xT', -5)",
+    )
+    .bind(entry)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let changed =
+        sqlx::query("UPDATE ledger_postings SET amount = 6 WHERE entry_id = $1 AND amount = 5")
+            .bind(entry)
+            .execute(&app.db)
+            .await
+            .unwrap_err();
+    assert!(changed.to_string().contains("append-only"), "{changed}");
 }
