@@ -15,6 +15,8 @@ RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
     && rm -rf src
 COPY .sqlx .sqlx
 COPY migrations migrations
+# The token's ABI bindings are generated at compile time from its committed artifact.
+COPY contracts/build contracts/build
 COPY src src
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin payments-api \
     && strip target/release/payments-api

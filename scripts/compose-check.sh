@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 project=payments-compose-check
 dc() { "${compose[@]}" -p "$project" "$@"; }
-trap 'dc logs --no-color api migrate >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
+trap 'dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 
 dc down -v --remove-orphans >/dev/null 2>&1 || true
 dc up -d --build
@@ -42,3 +42,36 @@ fail() { echo "compose-check: $*" >&2; exit 1; }
 [[ $(status "$third") == 422 ]] || fail "different body is not 422"
 grep -q '"error":"idempotency_key_reused"' <<<"$third" || fail "422 is not idempotency_key_reused"
 echo "compose-check: 201, 201 replayed, 422 — the transcript holds"
+
+# Settlement on the compose devnet: authorization, signed by the payer (anvil account 1, a public
+# dev key) with cast inside the chain container, confirm, then succeeded within seconds.
+auth() { curl -fsS "$@" -H 'Authorization: Bearer merchant-demo'; }
+json() { python3 -c "import json,sys; v=json.load(sys.stdin); print($1)"; }
+payee=0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC
+token=0x5FbDB2315678afecb367f032d93F642f64180aa3
+balance() { dc exec -T chain cast call --rpc-url http://127.0.0.1:8545 "$token" 'balanceOf(address)(uint256)' "$payee" | awk '{print $1}'; }
+before=$(balance)
+id=$(auth localhost:8080/v1/payment_intents -d "$body" | json 'v["id"]')
+typed=$(auth "localhost:8080/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
+signature=$(dc exec -T chain cast wallet sign --data \
+  --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d "$typed" | tr -d '\r')
+confirmed=$(auth "localhost:8080/v1/payment_intents/$id/confirm" -H "Idempotency-Key: pay-$id" \
+  -d "{\"signature\":\"$signature\"}")
+echo "$confirmed"
+[[ $(json 'v["state"]' <<<"$confirmed") == processing ]] || fail "confirm did not answer processing"
+state=""
+for _ in $(seq 1 60); do
+  intent=$(auth "localhost:8080/v1/payment_intents/$id")
+  state=$(json 'v["state"]' <<<"$intent")
+  [[ $state == succeeded ]] && break
+  sleep 1
+done
+echo "$intent"
+[[ $state == succeeded ]] || fail "the intent did not succeed within a minute (state $state)"
+[[ $(json 'v["settlement"]["transaction_hash"][:2]' <<<"$intent") == 0x ]] || fail "no transaction hash"
+after=$(balance)
+[[ $((after - before)) == 100000000 ]] || fail "the merchant's balance grew by $((after - before)), not 100000000"
+balances=$(auth localhost:8080/v1/balances)
+echo "$balances"
+grep -q '"amount":"100000000"' <<<"$balances" || fail "GET /v1/balances does not show the payment"
+echo "compose-check: authorization, confirm, succeeded on chain in ${SECONDS}s of the run, balance +100000000 — settlement holds"
