@@ -36,6 +36,20 @@ pub enum Command {
     ApiKeys(ApiKeysCommand),
     /// Print the OpenAPI 3.1 document (the committed `openapi.json`).
     Openapi,
+    /// Compare the ledger with the chain's transfers to merchant addresses; exit 1 on any difference.
+    Reconcile {
+        /// The chain to reconcile, `evm:<chain id>`; its RPC URL comes from `CHAINS`.
+        #[arg(long)]
+        chain: String,
+        /// `evm:<chain id>=<rpc url>[,...]`, as for `serve`.
+        #[arg(long, env = "CHAINS")]
+        chains: String,
+        /// Transfers in the newest blocks are not compared until they have these confirmations.
+        #[arg(long, env = "CHAIN_CONFIRMATIONS", default_value_t = 12)]
+        confirmations: u64,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
     /// Deploy the devnet token on a fresh anvil (idempotent; needs no database).
     Devnet {
         /// The anvil node's JSON-RPC URL.

@@ -29,6 +29,39 @@ async fn main() -> anyhow::Result<()> {
             println!("devnet token {what} at {} on {rpc_url}", devnet.token);
             Ok(())
         }
+        Some(Command::Reconcile {
+            chain,
+            chains,
+            confirmations,
+            database,
+        }) => {
+            let _logs = telemetry::init(LogFormat::Pretty);
+            let endpoint = payments_api::config::parse_chains(&chains)?
+                .into_iter()
+                .find(|c| c.name == chain)
+                .ok_or_else(|| anyhow::anyhow!("CHAINS does not name {chain}"))?;
+            let node = payments_api::chain::rpc::connect(&endpoint.rpc_url);
+            let pool = db::pool(database.url()?, 1)?;
+            let mut conn = pool.acquire().await?;
+            let report = payments_api::ledger::reconcile::reconcile(
+                &mut conn,
+                &endpoint,
+                &node,
+                confirmations.max(1),
+            )
+            .await?;
+            println!(
+                "{chain}: {} payments booked, {} paid on chain up to block {}, {} other transfers to merchant addresses",
+                report.booked, report.paid_on_chain, report.up_to_block, report.unrelated_transfers
+            );
+            for difference in &report.differences {
+                println!("DIFFERENCE {difference}");
+            }
+            if !report.differences.is_empty() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Some(Command::Openapi) => {
             print!("{}", payments_api::http::openapi::document());
             Ok(())

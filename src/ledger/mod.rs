@@ -2,6 +2,7 @@
 //! whose postings move its amount from the payer's account to the merchant's, per chain and
 //! token. The database refuses an entry that does not sum to zero, and any change to a written one.
 
+pub mod reconcile;
 pub mod routes;
 
 use sqlx::PgConnection;

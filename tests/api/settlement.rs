@@ -529,3 +529,75 @@ async fn the_ledger_refuses_an_entry_that_does_not_balance_and_any_change() {
             .unwrap_err();
     assert!(changed.to_string().contains("append-only"), "{changed}");
 }
+
+/// `payments-api reconcile` against `app`'s database and `anvil`: exit status and output.
+fn reconcile(app: &TestApp, anvil: &Anvil) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .args(["reconcile", "--chain", "evm:31337"])
+        .env("CHAINS", format!("evm:31337={}", anvil.url))
+        .env("CHAIN_CONFIRMATIONS", "1")
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
+    let anvil = Anvil::start().await;
+    let settled = app_on(&anvil, 1, false).await;
+    for _ in 0..2 {
+        let id = create(&settled, SEED_BODY).await;
+        let typed = typed_data(&settled, &id).await;
+        anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
+        wait_for_state(&settled, &id, "succeeded").await;
+    }
+    let (agreed, output) = reconcile(&settled, &anvil);
+    assert!(agreed, "{output}");
+    assert!(
+        output.contains("2 payments booked, 2 paid on chain"),
+        "{output}"
+    );
+
+    // Another database whose listener confirms nothing yet: what the chain paid is not booked.
+    let unsettled = app_on(&anvil, 1_000, false).await;
+    let unbooked = create(&unsettled, SEED_BODY).await;
+    let typed = typed_data(&unsettled, &unbooked).await;
+    anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
+    // And a booking with no payment behind it.
+    let phantom = create(&unsettled, SEED_BODY).await;
+    sqlx::query(
+        "WITH e AS (INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
+                    VALUES ('merchant_demo', $1, 'evm:31337', '0xfeed', 0) RETURNING id)
+         INSERT INTO ledger_postings SELECT id, a, 'evm:31337', $2, n FROM e,
+                (VALUES ('merchant:merchant_demo', 7::numeric), ('payer:0xP', -7::numeric)) AS s (a, n)",
+    )
+    .bind(&phantom)
+    .bind(crate::helpers::chain::TOKEN)
+    .execute(&unsettled.db)
+    .await
+    .unwrap();
+    let (agreed, output) = reconcile(&unsettled, &anvil);
+    assert!(!agreed, "exit 1 on a difference: {output}");
+    assert!(
+        output.contains(&format!(
+            "on chain, not in the ledger: {unbooked} paid 100000000"
+        )),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!(
+            "in the ledger, not on chain: {phantom} booked 7 for 0xfeed"
+        )),
+        "{output}"
+    );
+    // The devnet's mint and the other database's two payments go to the same address but pay
+    // none of this database's intents.
+    assert!(
+        output.contains("3 other transfers to merchant addresses"),
+        "{output}"
+    );
+}
