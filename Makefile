@@ -50,7 +50,7 @@ compose-check: ## docker compose up, the README's transcript against it, then do
 	bash scripts/compose-check.sh
 
 BENCH_ARGS ?= --clients 32 --seconds 10
-bench: ## release build, HTTP load beside the pgbench reference; writes target/bench/
+bench: chain-tools ## release build, HTTP load beside the pgbench reference, settlement on anvil; writes target/bench/
 	cargo build --release --bin payments-api --example loadgen
 	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)
 

@@ -4,6 +4,8 @@
 //!
 //! Writes `target/bench/results.json` and `target/bench/chart.svg`.
 
+mod settlement;
+
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -49,6 +51,9 @@ struct Args {
     /// Run only these workloads (comma-separated names), for profiling one path.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Intents confirmed at once in the settlement workload.
+    #[arg(long, default_value_t = 100)]
+    settlement_intents: usize,
     /// Extra environment for the API, e.g. DB_MAX_CONNECTIONS=32.
     #[arg(long = "api-env", value_parser = parse_env)]
     api_env: Vec<(String, String)>,
@@ -95,6 +100,7 @@ struct Report {
     plain_ratio: Option<f64>,
     keyed_vs_unkeyed_latency_at_1_client: Option<f64>,
     webhooks: Option<WebhookReport>,
+    settlement: Option<settlement::SettlementReport>,
 }
 
 /// Deliveries to a local receiver while `clients` clients create intents (one event each).
@@ -201,6 +207,11 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     drop(server);
+    let settlement = if wanted("settlement") {
+        Some(settlement::run(&api_bin, &args.server, args.settlement_intents).await?)
+    } else {
+        None
+    };
 
     let reference = if args.reference.exists() {
         reference(&args.reference, clients, args.seconds)?
@@ -224,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
         plain_ratio: ratio("create_fresh", "plain"),
         keyed_vs_unkeyed_latency_at_1_client: latency_factor,
         webhooks,
+        settlement,
         api: workloads,
         reference,
     };
@@ -621,6 +633,23 @@ fn print_report(report: &Report) {
             w.lag_p50_ms,
             w.lag_p99_ms,
             show(w.create_rate_with_endpoint_ratio)
+        );
+    }
+    if let Some(s) = &report.settlement {
+        println!(
+            "settlement: {} intents confirmed at once, {} confirmations of {} s blocks (floor {:.0} ms): \
+             processing -> succeeded p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; {} blocks carried them, \
+             at most {} per block; all settled in {:.1} s",
+            s.intents,
+            s.confirmations,
+            s.block_seconds,
+            s.floor_ms,
+            s.confirm_to_succeeded_p50_ms,
+            s.confirm_to_succeeded_p99_ms,
+            s.confirm_to_succeeded_max_ms,
+            s.blocks_used,
+            s.max_payments_per_block,
+            s.wall_seconds
         );
     }
 }
