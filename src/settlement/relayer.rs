@@ -58,7 +58,8 @@ pub async fn run(
     key: Key,
     settings: Arc<SettlementSettings>,
 ) {
-    let holder = uuid::Uuid::new_v4();
+    // The process id tells an operator (and the fault tests) which process relays.
+    let holder = format!("{}:{}", std::process::id(), uuid::Uuid::new_v4());
     let lease = (settings.poll_interval * 10).max(Duration::from_secs(10));
     let mut ticker = tokio::time::interval(settings.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -73,12 +74,12 @@ pub async fn run(
         };
         let round = async {
             let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
-            if !hold_lease(&mut conn, &chain, key.address(), holder, lease).await? {
+            if !hold_lease(&mut conn, &chain, key.address(), &holder, lease).await? {
                 return Ok(());
             }
             relayer
                 .tick(&mut conn, || {
-                    hold_lease_check(&pool, &chain, key.address(), holder, lease)
+                    hold_lease_check(&pool, &chain, key.address(), &holder, lease)
                 })
                 .await
         };
@@ -109,7 +110,7 @@ async fn hold_lease(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
     relayer: Address,
-    holder: uuid::Uuid,
+    holder: &str,
     lease: Duration,
 ) -> Result<bool, sqlx::Error> {
     let held = sqlx::query_scalar!(
@@ -122,7 +123,7 @@ async fn hold_lease(
         "#,
         chain.id as i64,
         relayer.to_checksum(None),
-        holder.to_string(),
+        holder,
         lease.as_secs_f64(),
     )
     .fetch_optional(conn)
@@ -135,7 +136,7 @@ async fn hold_lease_check(
     pool: &Pool,
     chain: &ChainEndpoint,
     relayer: Address,
-    holder: uuid::Uuid,
+    holder: &str,
     lease: Duration,
 ) -> Result<bool, RelayError> {
     let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
