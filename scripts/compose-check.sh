@@ -50,6 +50,27 @@ json() { python3 -c "import json,sys; v=json.load(sys.stdin); print($1)"; }
 payee=0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC
 token=0x5FbDB2315678afecb367f032d93F642f64180aa3
 balance() { dc exec -T chain cast call --rpc-url http://127.0.0.1:8545 "$token" 'balanceOf(address)(uint256)' "$payee" | awk '{print $1}'; }
+# A webhook receiver on this machine, as the README's, recording every event it is sent.
+hook_port=${COMPOSE_CHECK_HOOK_PORT:-19000}
+hook_log=$(mktemp)
+python3 - "$hook_port" "$hook_log" <<'PY' &
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, log = int(sys.argv[1]), sys.argv[2]
+class Receiver(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["content-length"]))
+        with open(log, "ab") as f:
+            f.write(body + b"\n")
+        self.send_response(204); self.end_headers()
+    def log_message(self, *args):
+        pass
+HTTPServer(("0.0.0.0", port), Receiver).serve_forever()
+PY
+hook_pid=$!
+trap 'kill $hook_pid 2>/dev/null; dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
+auth localhost:8080/v1/webhook_endpoints -d "{\"url\":\"http://host.docker.internal:$hook_port/\"}" >/dev/null
+
 before=$(balance)
 id=$(auth localhost:8080/v1/payment_intents -d "$body" | json 'v["id"]')
 typed=$(auth "localhost:8080/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
@@ -74,4 +95,10 @@ after=$(balance)
 balances=$(auth localhost:8080/v1/balances)
 echo "$balances"
 grep -q '"amount":"100000000"' <<<"$balances" || fail "GET /v1/balances does not show the payment"
-echo "compose-check: authorization, confirm, succeeded on chain in ${SECONDS}s of the run, balance +100000000 — settlement holds"
+for _ in $(seq 1 30); do
+  grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" && break
+  sleep 1
+done
+grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
+  || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
+echo "compose-check: authorization, confirm, succeeded on chain in ${SECONDS}s of the run, balance +100000000 — settlement holds, and its event reached the receiver"
