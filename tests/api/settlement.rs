@@ -22,42 +22,6 @@ async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> TestApp {
     .await
 }
 
-async fn create(app: &TestApp, body: &str) -> String {
-    let created = app.create_intent(DEMO_TOKEN, None, body).await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    created.json()["id"].as_str().unwrap().to_owned()
-}
-
-async fn typed_data(app: &TestApp, id: &str) -> Value {
-    let answer = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()["typed_data"].clone()
-}
-
-async fn confirm(app: &TestApp, id: &str, signature: &str) -> crate::helpers::Answer {
-    let body = json!({ "signature": signature }).to_string();
-    app.post_as(
-        DEMO_TOKEN,
-        &format!("/v1/payment_intents/{id}/confirm"),
-        Some(&format!("confirm-{id}")),
-        &body,
-    )
-    .await
-}
-
-async fn wait_for_state(app: &TestApp, id: &str, state: &str) {
-    app.wait_until(
-        &format!("{id} is {state}"),
-        &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = '{state}'"),
-    )
-    .await;
-}
-
 async fn event_types(app: &TestApp, id: &str) -> Vec<String> {
     sqlx::query_scalar("SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version")
         .bind(id)
@@ -71,17 +35,17 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 3, true).await;
     let before = anvil.balance(PAYEE);
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     assert_eq!(typed["domain"]["name"], "Devnet USD");
     assert_eq!(typed["message"]["value"], "100000000");
     // Signed by cast, an EIP-712 implementation that is not ours.
     let signature = anvil.sign(PAYER_KEY, &typed);
-    let confirmed = confirm(&app, &id, &signature).await;
+    let confirmed = app.confirm(&id, &signature).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.json()["state"], "processing");
     // The same key replays the same answer; the intent is confirmed once.
-    let again = confirm(&app, &id, &signature).await;
+    let again = app.confirm(&id, &signature).await;
     assert_eq!(
         (again.status, again.body.as_str()),
         (200, confirmed.body.as_str())
@@ -97,12 +61,9 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
         &format!("EXISTS (SELECT 1 FROM chain_observations WHERE intent_id = '{id}')"),
     )
     .await;
-    assert_eq!(
-        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
-        "processing"
-    );
+    assert_eq!(app.state_of(&id).await, "processing");
     anvil.mine(3).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
     assert_eq!(intent["version"], 3);
     assert!(
@@ -145,12 +106,12 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
 async fn a_payer_who_submits_the_authorization_without_us_settles_the_intent() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     let signature = anvil.sign(PAYER_KEY, &typed);
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(2).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     let actor: String =
         sqlx::query_scalar("SELECT actor FROM payment_intent_transitions WHERE intent_id = $1")
             .bind(&id)
@@ -159,7 +120,7 @@ async fn a_payer_who_submits_the_authorization_without_us_settles_the_intent() {
             .unwrap();
     assert_eq!(actor, "chain");
     // Paid: it cannot be confirmed or canceled any more.
-    assert_eq!(confirm(&app, &id, &signature).await.status, 409);
+    assert_eq!(app.confirm(&id, &signature).await.status, 409);
     assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 409);
 }
 
@@ -167,11 +128,11 @@ async fn a_payer_who_submits_the_authorization_without_us_settles_the_intent() {
 async fn confirm_checks_the_signature_and_the_state() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     // Signed by someone else than the payer.
     let stranger = anvil.sign(RELAYER_KEY, &typed);
-    let answer = confirm(&app, &id, &stranger).await;
+    let answer = app.confirm(&id, &stranger).await;
     assert_eq!(answer.status, 400, "{}", answer.body);
     assert!(
         answer.json()["detail"]
@@ -204,10 +165,7 @@ async fn confirm_checks_the_signature_and_the_state() {
         .await;
     assert_eq!(missing.status, 400);
     assert!(missing.body.contains("signature"), "{}", missing.body);
-    assert_eq!(
-        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
-        "created"
-    );
+    assert_eq!(app.state_of(&id).await, "created");
     // A canceled intent has nothing to authorize.
     assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
     let answer = app
@@ -233,7 +191,7 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
         "0x5FbDB2315678afecb367f032d93F642f64180aa3",
         "0x000000000000000000000000000000000000dEaD",
     );
-    let id = create(&app, &no_code).await;
+    let id = app.create_intent_id(&no_code).await;
     let answer = app
         .get_as(
             DEMO_TOKEN,
@@ -244,7 +202,7 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
     assert_eq!(answer.json()["error"], "token_not_supported");
     drop(anvil);
     // The chain is gone and this token was never read: 503, nothing stored.
-    let id = create(&app, SEED_BODY).await;
+    let id = app.create_intent_id(SEED_BODY).await;
     let answer = app
         .get_as(
             DEMO_TOKEN,
@@ -260,8 +218,8 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 3, false).await;
     let before = anvil.balance(PAYEE);
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     let signature = anvil.sign(PAYER_KEY, &typed);
     let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
     anvil.submit_as_payer(&typed, &signature);
@@ -277,23 +235,13 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     )
     .await;
     anvil.mine(3).await;
-    app.wait_until(
-        "the listener passed the reorg",
-        &format!(
-            "(SELECT block_number FROM chain_cursors) >= {}",
-            anvil.block_number().await
-        ),
-    )
-    .await;
-    assert_eq!(
-        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
-        "created"
-    );
+    app.wait_for_listener(&anvil).await;
+    assert_eq!(app.state_of(&id).await, "created");
     assert_eq!(anvil.balance(PAYEE), before);
     // Re-included: it settles, once.
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(3).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(
         event_types(&app, &id).await,
@@ -321,17 +269,17 @@ async fn expiry_follows_the_chains_time_not_ours() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
     let short = SEED_BODY.replace(r#""expires_in_seconds":900"#, r#""expires_in_seconds":60"#);
-    let unpaid = create(&app, &short).await;
-    let confirmed = create(&app, &short).await;
-    let raced = create(&app, &short).await;
-    let typed = typed_data(&app, &confirmed).await;
+    let unpaid = app.create_intent_id(&short).await;
+    let confirmed = app.create_intent_id(&short).await;
+    let raced = app.create_intent_id(&short).await;
+    let typed = app.typed_data(&confirmed).await;
     assert_eq!(
-        confirm(&app, &confirmed, &anvil.sign(PAYER_KEY, &typed))
+        app.confirm(&confirmed, &anvil.sign(PAYER_KEY, &typed))
             .await
             .status,
         200
     );
-    let race = typed_data(&app, &raced).await;
+    let race = app.typed_data(&raced).await;
     let deadline = valid_before(&race);
     // Paid in the last block the token still accepts it: one second before validBefore.
     next_block_at(&anvil, deadline - 1).await;
@@ -345,9 +293,9 @@ async fn expiry_follows_the_chains_time_not_ours() {
     assert_eq!(swept.intents_expired, 0);
     next_block_at(&anvil, deadline + 1).await;
     anvil.mine(3).await;
-    wait_for_state(&app, &raced, "succeeded").await;
-    wait_for_state(&app, &unpaid, "canceled").await;
-    wait_for_state(&app, &confirmed, "failed").await;
+    app.wait_for_state(&raced, "succeeded").await;
+    app.wait_for_state(&unpaid, "canceled").await;
+    app.wait_for_state(&confirmed, "failed").await;
     let unpaid = app.get_intent(DEMO_TOKEN, &unpaid).await.json();
     assert_eq!(unpaid["cancellation_reason"], "expired");
     let failed = app.get_intent(DEMO_TOKEN, &confirmed).await.json();
@@ -359,33 +307,23 @@ async fn expiry_waits_for_a_confirmed_block_past_valid_before() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 3, false).await;
     let short = SEED_BODY.replace(r#""expires_in_seconds":900"#, r#""expires_in_seconds":60"#);
-    let id = create(&app, &short).await;
-    let deadline = valid_before(&typed_data(&app, &id).await);
+    let id = app.create_intent_id(&short).await;
+    let deadline = valid_before(&app.typed_data(&id).await);
     next_block_at(&anvil, deadline).await;
     anvil.mine(1).await;
-    app.wait_until(
-        "the listener saw the block past validBefore",
-        &format!(
-            "(SELECT block_number FROM chain_cursors) >= {}",
-            anvil.block_number().await
-        ),
-    )
-    .await;
+    app.wait_for_listener(&anvil).await;
     // The block exists but is not confirmed yet: a reorg could still replace it.
-    assert_eq!(
-        app.get_intent(DEMO_TOKEN, &id).await.json()["state"],
-        "created"
-    );
+    assert_eq!(app.state_of(&id).await, "created");
     anvil.mine(2).await;
-    wait_for_state(&app, &id, "canceled").await;
+    app.wait_for_state(&id, "canceled").await;
 }
 
 #[tokio::test]
 async fn a_payer_who_paid_after_the_merchant_canceled_is_recorded_on_the_canceled_intent() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     let signature = anvil.sign(PAYER_KEY, &typed);
     assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
     anvil.submit_as_payer(&typed, &signature);
@@ -416,14 +354,14 @@ async fn a_nonce_burned_on_another_amount_fails_the_intent() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
     let before = anvil.balance(PAYEE);
-    let id = create(&app, SEED_BODY).await;
-    let mut typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let mut typed = app.typed_data(&id).await;
     // The payer signs the intent's nonce over one token unit instead of the amount.
     typed["message"]["value"] = json!("1");
     let signature = anvil.sign(PAYER_KEY, &typed);
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(2).await;
-    wait_for_state(&app, &id, "failed").await;
+    app.wait_for_state(&id, "failed").await;
     assert_eq!(
         app.get_intent(DEMO_TOKEN, &id).await.json()["failure_reason"],
         "nonce_used_otherwise"
@@ -436,10 +374,10 @@ async fn a_nonce_burned_on_another_amount_fails_the_intent() {
 async fn a_chain_reset_under_the_listener_stops_settlement_and_rewrites_nothing() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 1, false).await;
-    let id = create(&app, SEED_BODY).await;
-    let typed = typed_data(&app, &id).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
     anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     // The node forgets everything: the block that paid the intent is gone.
     anvil.rpc("anvil_reset", json!([])).await;
     anvil.mine(3).await;
@@ -481,46 +419,42 @@ async fn the_devnet_set_up_runs_twice_and_changes_nothing_the_second_time() {
 #[tokio::test]
 async fn the_ledger_refuses_an_entry_that_does_not_balance_and_any_change() {
     let app = TestApp::spawn().await;
-    let id = create(&app, SEED_BODY).await;
-    let mut tx = app.db.begin().await.unwrap();
-    let entry: i64 = sqlx::query_scalar(
-        "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
-         VALUES ('merchant_demo', $1, 'evm:31337', '0x01', 0) RETURNING id",
-    )
-    .bind(&id)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO ledger_postings VALUES ($1, 'merchant:merchant_demo', 'evm:31337', '0xT', 5)",
-    )
-    .bind(entry)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    let refused = tx.commit().await.unwrap_err();
+    let id = app.create_intent_id(SEED_BODY).await;
+    /// Books an entry for `id` with `postings` (SQL rows of account and amount) in one transaction.
+    async fn book(app: &TestApp, id: &str, hash: &str, postings: &str) -> Result<i64, sqlx::Error> {
+        let mut tx = app.db.begin().await?;
+        let entry: i64 = sqlx::query_scalar(
+            "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
+             VALUES ('merchant_demo', $1, 'evm:31337', $2, 0) RETURNING id",
+        )
+        .bind(id)
+        .bind(hash)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(&format!(
+            "INSERT INTO ledger_postings SELECT $1, a, 'evm:31337', '0xT', n FROM (VALUES {postings}) AS p (a, n)"
+        ))
+        .bind(entry)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(entry)
+    }
+    let refused = book(&app, &id, "0x01", "('merchant:merchant_demo', 5::numeric)")
+        .await
+        .unwrap_err();
     assert!(
         refused.to_string().contains("does not sum to zero"),
         "{refused}"
     );
-
-    let mut tx = app.db.begin().await.unwrap();
-    let entry: i64 = sqlx::query_scalar(
-        "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
-         VALUES ('merchant_demo', $1, 'evm:31337', '0x02', 0) RETURNING id",
+    let entry = book(
+        &app,
+        &id,
+        "0x02",
+        "('merchant:merchant_demo', 5::numeric), ('payer:0xP', -5)",
     )
-    .bind(&id)
-    .fetch_one(&mut *tx)
     .await
     .unwrap();
-    sqlx::query(
-        "INSERT INTO ledger_postings VALUES ($1, 'merchant:merchant_demo', 'evm:31337', '0xT', 5), ($1, 'payer:0xP', 'evm:31337', '0xT', -5)",
-    )
-    .bind(entry)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
     let changed =
         sqlx::query("UPDATE ledger_postings SET amount = 6 WHERE entry_id = $1 AND amount = 5")
             .bind(entry)
@@ -550,10 +484,10 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
     let anvil = Anvil::start().await;
     let settled = app_on(&anvil, 1, false).await;
     for _ in 0..2 {
-        let id = create(&settled, SEED_BODY).await;
-        let typed = typed_data(&settled, &id).await;
+        let id = settled.create_intent_id(SEED_BODY).await;
+        let typed = settled.typed_data(&id).await;
         anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
-        wait_for_state(&settled, &id, "succeeded").await;
+        settled.wait_for_state(&id, "succeeded").await;
     }
     let (agreed, output) = reconcile(&settled, &anvil);
     assert!(agreed, "{output}");
@@ -564,11 +498,11 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
 
     // Another database whose listener confirms nothing yet: what the chain paid is not booked.
     let unsettled = app_on(&anvil, 1_000, false).await;
-    let unbooked = create(&unsettled, SEED_BODY).await;
-    let typed = typed_data(&unsettled, &unbooked).await;
+    let unbooked = unsettled.create_intent_id(SEED_BODY).await;
+    let typed = unsettled.typed_data(&unbooked).await;
     anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
     // And a booking with no payment behind it.
-    let phantom = create(&unsettled, SEED_BODY).await;
+    let phantom = unsettled.create_intent_id(SEED_BODY).await;
     sqlx::query(
         "WITH e AS (INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
                     VALUES ('merchant_demo', $1, 'evm:31337', '0xfeed', 0) RETURNING id)

@@ -13,46 +13,13 @@ use crate::helpers::{
 
 const AMOUNT: u128 = 100_000_000;
 
-async fn create(app: &TestApp) -> String {
-    let created = app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    created.json()["id"].as_str().unwrap().to_owned()
-}
-
-async fn typed_data(app: &TestApp, id: &str) -> serde_json::Value {
-    let answer = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()["typed_data"].clone()
-}
-
 /// Creates an intent and confirms it with the payer's signature (made by cast).
 async fn create_and_confirm(app: &TestApp, anvil: &Anvil) -> String {
-    let id = create(app).await;
-    let signature = anvil.sign(PAYER_KEY, &typed_data(app, &id).await);
-    let body = json!({ "signature": signature }).to_string();
-    let answer = app
-        .post_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/confirm"),
-            Some(&format!("confirm-{id}")),
-            &body,
-        )
-        .await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+    let answer = app.confirm(&id, &signature).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     id
-}
-
-async fn wait_for_state(app: &TestApp, id: &str, state: &str) {
-    app.wait_until(
-        &format!("{id} is {state}"),
-        &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = '{state}'"),
-    )
-    .await;
 }
 
 /// How many times the intent became `succeeded`, by its transitions and by its events.
@@ -132,7 +99,7 @@ async fn a_transaction_stuck_under_a_rising_base_fee_is_replaced_with_higher_fee
     );
     assert_eq!(fees.1, "0", "a replacement reuses the relayer's nonce");
     anvil.mine(3).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(times_settled(&app, &id).await, (1, 1));
     let receipt = anvil
@@ -191,7 +158,7 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
     .await;
     let resent = tx_hashes(&app, &id).await;
     anvil.mine(3).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     assert_eq!(
         anvil.balance(PAYEE) - before,
         AMOUNT,
@@ -222,15 +189,15 @@ async fn a_listener_killed_while_payments_land_resumes_from_its_cursor() {
     let mut ids = Vec::new();
     let mut authorizations = Vec::new();
     for _ in 0..3 {
-        let id = create(&app).await;
-        let typed = typed_data(&app, &id).await;
+        let id = app.create_intent_id(SEED_BODY).await;
+        let typed = app.typed_data(&id).await;
         let signature = anvil.sign(PAYER_KEY, &typed);
         ids.push(id);
         authorizations.push((typed, signature));
     }
     anvil.submit_as_payer(&authorizations[0].0, &authorizations[0].1);
     anvil.mine(2).await;
-    wait_for_state(&app, &ids[0], "succeeded").await;
+    app.wait_for_state(&ids[0], "succeeded").await;
 
     first.child.kill().expect("SIGKILL the server");
     first.child.wait().unwrap();
@@ -242,7 +209,7 @@ async fn a_listener_killed_while_payments_land_resumes_from_its_cursor() {
     let second = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
     let app = view.pointed_at(&second.address);
     for id in &ids {
-        wait_for_state(&app, id, "succeeded").await;
+        app.wait_for_state(id, "succeeded").await;
         assert_eq!(times_settled(&app, id).await, (1, 1), "{id} settled once");
     }
     let observations: i64 = sqlx::query_scalar("SELECT count(*) FROM chain_observations")
@@ -265,9 +232,9 @@ async fn confirm_is_accepted_while_the_chain_is_down_and_settles_once_it_is_back
     })
     .await;
     let before = anvil.balance(PAYEE);
-    let id = create(&app).await;
+    let id = app.create_intent_id(SEED_BODY).await;
     // The token is read once, while the chain is up.
-    let signature = anvil.sign(PAYER_KEY, &typed_data(&app, &id).await);
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
     gate.close();
     let body = json!({ "signature": signature }).to_string();
     let confirmed = app
@@ -293,7 +260,7 @@ async fn confirm_is_accepted_while_the_chain_is_down_and_settles_once_it_is_back
     )
     .await;
     anvil.mine(2).await;
-    wait_for_state(&app, &id, "succeeded").await;
+    app.wait_for_state(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(times_settled(&app, &id).await, (1, 1));
 }
@@ -322,7 +289,7 @@ async fn two_replicas_relay_and_settle_each_payment_exactly_once() {
         .await;
     anvil.mine(2).await;
     for id in &ids {
-        wait_for_state(&first, id, "succeeded").await;
+        first.wait_for_state(id, "succeeded").await;
         assert_eq!(times_settled(&first, id).await, (1, 1), "{id} settled once");
         assert_eq!(tx_hashes(&first, id).await.len(), 1, "{id} was sent once");
     }

@@ -240,3 +240,52 @@ impl Gate {
         self.open.send_replace(true);
     }
 }
+
+/// What settlement tests ask of the app.
+impl super::TestApp {
+    /// Creates an intent as the demo merchant; its id.
+    pub async fn create_intent_id(&self, body: &str) -> String {
+        let created = self.create_intent(super::DEMO_TOKEN, None, body).await;
+        assert_eq!(created.status, 201, "{}", created.body);
+        created.json()["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The EIP-712 document the payer signs for intent `id`.
+    pub async fn typed_data(&self, id: &str) -> Value {
+        let path = format!("/v1/payment_intents/{id}/authorization");
+        let answer = self.get_as(super::DEMO_TOKEN, &path).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.json()["typed_data"].clone()
+    }
+
+    /// POST …/confirm with `signature`, under the key `confirm-<id>`.
+    pub async fn confirm(&self, id: &str, signature: &str) -> super::Answer {
+        let body = json!({ "signature": signature }).to_string();
+        let path = format!("/v1/payment_intents/{id}/confirm");
+        let key = format!("confirm-{id}");
+        self.post_as(super::DEMO_TOKEN, &path, Some(&key), &body)
+            .await
+    }
+
+    /// Waits until the listener followed `anvil` up to its current head.
+    pub async fn wait_for_listener(&self, anvil: &Anvil) {
+        let head = anvil.block_number().await;
+        let followed = format!("(SELECT block_number FROM chain_cursors) >= {head}");
+        self.wait_until(&format!("the listener reached block {head}"), &followed)
+            .await;
+    }
+
+    /// The intent's state now, as the API shows it.
+    pub async fn state_of(&self, id: &str) -> String {
+        let intent = self.get_intent(super::DEMO_TOKEN, id).await.json();
+        intent["state"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn wait_for_state(&self, id: &str, state: &str) {
+        self.wait_until(
+            &format!("{id} is {state}"),
+            &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = '{state}'"),
+        )
+        .await;
+    }
+}
