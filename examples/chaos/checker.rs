@@ -484,7 +484,14 @@ fn replicas_survive_database_restarts(_: &Stored, inputs: &Inputs) -> Row {
     let kills: BTreeMap<usize, usize> = inputs
         .faults
         .iter()
-        .filter(|f| matches!(f.kind, FaultKind::KillReplica | FaultKind::KillRelayer))
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FaultKind::KillReplica
+                    | FaultKind::KillRelayer
+                    | FaultKind::RelayerCrashedAfterBroadcast
+            )
+        })
         .filter_map(|f| f.replica)
         .fold(BTreeMap::new(), |mut acc, replica| {
             *acc.entry(replica).or_default() += 1;

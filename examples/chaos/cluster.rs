@@ -214,6 +214,13 @@ impl Replica {
         }
     }
 
+    /// Whether the process this replica last started exited without being killed here.
+    pub fn exited_by_itself(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// Whether the process this replica last started is still running.
     pub fn alive(&mut self) -> bool {
         self.child

@@ -23,6 +23,9 @@ pub enum FaultKind {
     RestartChain,
     ReorgChain,
     KillRelayer,
+    /// Not injected on a schedule: a replica's relayer died by itself between a broadcast and
+    /// its record (`RELAYER_CRASH_AFTER_BROADCAST`), and was restarted.
+    RelayerCrashedAfterBroadcast,
 }
 
 impl FaultKind {
@@ -47,6 +50,7 @@ impl FaultKind {
             Self::RestartChain => "restart anvil (state kept)",
             Self::ReorgChain => "reorg the chain 2 blocks deep",
             Self::KillRelayer => "SIGKILL the relayer, restart it",
+            Self::RelayerCrashedAfterBroadcast => "relayer died between broadcast and record",
         }
     }
 
@@ -162,6 +166,8 @@ impl Injector {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 chain.start().await?;
             }
+            // Happens by itself, never scheduled.
+            FaultKind::RelayerCrashedAfterBroadcast => {}
             FaultKind::ReorgChain => {
                 // Shallower than the confirmations: only unconfirmed observations are undone.
                 self.chain
@@ -237,4 +243,38 @@ pub async fn watch_readiness(shared: Arc<Shared>) -> Vec<(Duration, usize, u16)>
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     samples
+}
+
+/// Restarts every replica that died by itself (its relayer crashed between a broadcast and its
+/// record, as armed), recording each as a fault of that replica.
+pub async fn restart_crashed(
+    shared: Arc<Shared>,
+    replicas: Arc<Mutex<Vec<Replica>>>,
+) -> Vec<Fault> {
+    let mut faults = Vec::new();
+    while !shared.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut replicas = replicas.lock().await;
+        for replica in replicas.iter_mut() {
+            if !replica.exited_by_itself() {
+                continue;
+            }
+            let started = shared.started.elapsed();
+            eprintln!(
+                "chaos: {:>6.1}s replica {} died between broadcast and record; restarting",
+                started.as_secs_f64(),
+                replica.index
+            );
+            if let Err(e) = replica.start().await {
+                eprintln!("chaos: restarting replica {} failed: {e:#}", replica.index);
+            }
+            faults.push(Fault {
+                kind: FaultKind::RelayerCrashedAfterBroadcast,
+                replica: Some(replica.index),
+                started,
+                ended: shared.started.elapsed(),
+            });
+        }
+    }
+    faults
 }

@@ -122,6 +122,8 @@ async fn main() -> anyhow::Result<()> {
             payments_api::chain::devnet::ANVIL_KEYS[3].to_owned(),
         ),
         ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "3".to_owned()),
+        // One broadcast in ten kills its replica before the broadcast is recorded.
+        ("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "0.1".to_owned()),
     ];
     let mut replicas = Vec::new();
     for index in 0..3 {
@@ -157,6 +159,7 @@ async fn main() -> anyhow::Result<()> {
         }
         .run(),
     );
+    let crashes = tokio::spawn(faults::restart_crashed(shared.clone(), replicas.clone()));
     let payer = tokio::spawn(payer::run(
         shared.clone(),
         chain_url.clone(),
@@ -173,12 +176,13 @@ async fn main() -> anyhow::Result<()> {
     shared
         .stop
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let faults = injector.await?;
+    let mut faults = injector.await?;
     for client in clients {
         client.await?;
     }
     let aged = ager.await?;
     let paid = payer.await?;
+    faults.extend(crashes.await?);
     let readiness = readiness.await?;
     let replica_pids: Vec<Vec<u32>> = {
         let mut replicas = replicas.lock().await;

@@ -364,10 +364,17 @@ impl Relayer<'_> {
     }
 }
 
-/// A fault-injection point for the crash tests: with `RELAYER_CRASH_AFTER_BROADCAST=1` the process
-/// dies right after a broadcast, before recording it.
+/// A fault-injection point for the crash tests and the chaos run: with
+/// `RELAYER_CRASH_AFTER_BROADCAST=p` (a probability, `1` for always) the process dies right after
+/// a broadcast, before recording it, with probability p.
 fn crash_point_after_broadcast() {
-    if std::env::var_os("RELAYER_CRASH_AFTER_BROADCAST").is_some_and(|v| v == "1") {
+    let Some(p) = std::env::var("RELAYER_CRASH_AFTER_BROADCAST")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    else {
+        return;
+    };
+    if rand::random::<f64>() < p {
         // Straight to stderr: the log writer's buffer dies with the process.
         eprintln!("RELAYER_CRASH_AFTER_BROADCAST: exiting between broadcast and record");
         std::process::abort();
