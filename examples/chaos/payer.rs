@@ -80,15 +80,38 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
                 continue;
             };
             let body = serde_json::json!({ "signature": format!("0x{}", hex::encode(signature.as_bytes())) });
-            let confirmed = http
-                .post(format!("{base}/v1/payment_intents/{id}/confirm"))
-                .bearer_auth(token)
-                .header("idempotency-key", format!("pay-{id}"))
-                .body(body.to_string())
-                .send()
-                .await;
-            if confirmed.is_ok_and(|r| r.status() == 200) {
-                paid.confirmed += 1;
+            // Like every client here, retried with the same key until it has a final answer.
+            for _ in 0..100 {
+                let base = &shared.bases[rand::rng().random_range(0..shared.bases.len())];
+                let answer = http
+                    .post(format!("{base}/v1/payment_intents/{id}/confirm"))
+                    .bearer_auth(token)
+                    .header("idempotency-key", format!("pay-{id}"))
+                    .body(body.to_string())
+                    .send()
+                    .await;
+                let (status, error) = match answer {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let body = r.json::<serde_json::Value>().await.unwrap_or_default();
+                        (status, body["error"].as_str().unwrap_or("").to_owned())
+                    }
+                    Err(_) => (0, String::new()),
+                };
+                if status == 200 {
+                    paid.confirmed += 1;
+                }
+                // A 409 for a key in flight or a lost lease, a 503 or no answer: the same again.
+                let retry = status == 0
+                    || status == 503
+                    || matches!(
+                        error.as_str(),
+                        "idempotency_key_in_flight" | "idempotency_key_lease_lost"
+                    );
+                if !retry {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
         }
     }

@@ -224,6 +224,21 @@ async fn step_back(
 ) -> Result<Cursor, TickError> {
     let chain_id = chain.id as i64;
     let mut tx = conn.begin().await?;
+    // Replicas step back together after a reorg: the cursor row is locked, and one that another
+    // replica already moved is left to the next round, which starts from where it is now.
+    let current = sqlx::query!(
+        "SELECT block_number, block_hash FROM chain_cursors WHERE chain_id = $1 FOR UPDATE",
+        chain_id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if (current.block_number, current.block_hash.as_str()) != (cursor.number, cursor.hash.as_str())
+    {
+        return Ok(Cursor {
+            number: current.block_number,
+            hash: current.block_hash,
+        });
+    }
     let applied = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM chain_observations
             WHERE chain_id = $1 AND block_number >= $2 AND applied_at IS NOT NULL"#,

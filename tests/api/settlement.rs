@@ -284,13 +284,6 @@ async fn expiry_follows_the_chains_time_not_ours() {
     // Paid in the last block the token still accepts it: one second before validBefore.
     next_block_at(&anvil, deadline - 1).await;
     anvil.submit_as_payer(&race, &anvil.sign(PAYER_KEY, &race));
-    // Our own sweeper never expires intents of a settled chain, however late it is by our clock.
-    sqlx::query("UPDATE payment_intents SET expires_at = now() - interval '1 hour'")
-        .execute(&app.db)
-        .await
-        .unwrap();
-    let swept = app.sweep().await.unwrap();
-    assert_eq!(swept.intents_expired, 0);
     next_block_at(&anvil, deadline + 1).await;
     anvil.mine(3).await;
     app.wait_for_state(&raced, "succeeded").await;
@@ -534,4 +527,25 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
         output.contains("3 other transfers to merchant addresses"),
         "{output}"
     );
+}
+
+#[tokio::test]
+async fn the_clock_sweeper_leaves_a_settled_chains_intents_to_its_listener() {
+    // Settlement on, but no node answers: only the sweeper could expire anything.
+    let app = TestApp::spawn_with(|s| {
+        s.settlement.chains =
+            payments_api::config::parse_chains("evm:31337=http://127.0.0.1:9").unwrap();
+    })
+    .await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    sqlx::query("UPDATE payment_intents SET expires_at = now() - interval '1 hour'")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let swept = app.sweep().await.unwrap();
+    assert_eq!(
+        swept.intents_expired, 0,
+        "late by our clock, not by the chain's"
+    );
+    assert_eq!(app.state_of(&id).await, "created");
 }
