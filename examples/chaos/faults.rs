@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     client::Shared,
-    cluster::{Chain, Postgres, Replica},
+    cluster::{Postgres, Replica},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,22 +20,13 @@ pub enum FaultKind {
     TerminateBackends,
     StallWrites,
     PauseReplica,
-    RestartChain,
-    ReorgChain,
-    KillRelayer,
-    /// Not injected on a schedule: a replica's relayer died by itself between a broadcast and
-    /// its record (`RELAYER_CRASH_AFTER_BROADCAST`), and was restarted.
-    RelayerCrashedAfterBroadcast,
 }
 
 impl FaultKind {
-    pub const ROTATION: [FaultKind; 8] = [
+    pub const ROTATION: [FaultKind; 5] = [
         FaultKind::KillReplica,
-        FaultKind::RestartChain,
         FaultKind::RestartPostgres,
-        FaultKind::ReorgChain,
         FaultKind::TerminateBackends,
-        FaultKind::KillRelayer,
         FaultKind::StallWrites,
         FaultKind::PauseReplica,
     ];
@@ -47,10 +38,6 @@ impl FaultKind {
             Self::TerminateBackends => "pg_terminate_backend (all)",
             Self::StallWrites => "stall writes past the lease",
             Self::PauseReplica => "SIGSTOP a replica past its lease",
-            Self::RestartChain => "restart anvil (state kept)",
-            Self::ReorgChain => "reorg the chain 2 blocks deep",
-            Self::KillRelayer => "SIGKILL the relayer, restart it",
-            Self::RelayerCrashedAfterBroadcast => "relayer died between broadcast and record",
         }
     }
 
@@ -78,7 +65,6 @@ pub struct Injector {
     pub database_url: String,
     pub lease: Duration,
     pub every: Duration,
-    pub chain: Arc<Mutex<Chain>>,
 }
 
 impl Injector {
@@ -91,18 +77,15 @@ impl Injector {
                 break;
             }
             let kind = FaultKind::ROTATION[round % FaultKind::ROTATION.len()];
-            // The replica a fault hits, chosen before it strikes.
-            let replica = match kind {
-                FaultKind::KillReplica | FaultKind::PauseReplica => Some(round % 3),
-                FaultKind::KillRelayer => self.relayer_replica().await,
-                _ => None,
-            };
+            let replica = round % 3;
             let started = self.shared.started.elapsed();
             eprintln!("chaos: {:>6.1}s {}", started.as_secs_f64(), kind.name());
             if let Err(e) = self.inject(kind, replica).await {
                 eprintln!("chaos: fault {kind:?} failed: {e:#}");
             }
             let ended = self.shared.started.elapsed();
+            let replica =
+                matches!(kind, FaultKind::KillReplica | FaultKind::PauseReplica).then_some(replica);
             faults.push(Fault {
                 kind,
                 replica,
@@ -113,14 +96,10 @@ impl Injector {
         faults
     }
 
-    async fn inject(&self, kind: FaultKind, replica: Option<usize>) -> anyhow::Result<()> {
+    async fn inject(&self, kind: FaultKind, replica: usize) -> anyhow::Result<()> {
         let past_the_lease = self.lease + Duration::from_secs(1);
         match kind {
-            FaultKind::KillReplica | FaultKind::KillRelayer => {
-                // No relayer holds the lease: nothing to kill this round.
-                let Some(replica) = replica else {
-                    return Ok(());
-                };
+            FaultKind::KillReplica => {
                 self.replicas.lock().await[replica].kill();
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 self.replicas.lock().await[replica].start().await?;
@@ -153,47 +132,12 @@ impl Injector {
                 tx.rollback().await?;
             }
             FaultKind::PauseReplica => {
-                let Some(replica) = replica else {
-                    return Ok(());
-                };
                 self.replicas.lock().await[replica].signal("STOP");
                 tokio::time::sleep(past_the_lease).await;
                 self.replicas.lock().await[replica].signal("CONT");
             }
-            FaultKind::RestartChain => {
-                let mut chain = self.chain.lock().await;
-                chain.stop();
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                chain.start().await?;
-            }
-            // Happens by itself, never scheduled.
-            FaultKind::RelayerCrashedAfterBroadcast => {}
-            FaultKind::ReorgChain => {
-                // Shallower than the confirmations: only unconfirmed observations are undone.
-                self.chain
-                    .lock()
-                    .await
-                    .rpc("anvil_reorg", serde_json::json!([2, []]))
-                    .await?;
-            }
         }
         Ok(())
-    }
-
-    /// The replica whose process holds the relayer's lease (its holder starts with its pid).
-    async fn relayer_replica(&self) -> Option<usize> {
-        let mut conn = PgConnection::connect(&self.database_url).await.ok()?;
-        let holder: String =
-            sqlx::query_scalar("SELECT holder FROM relayer_leases WHERE expires_at > now()")
-                .fetch_optional(&mut conn)
-                .await
-                .ok()??;
-        let pid: u32 = holder.split(':').next()?.parse().ok()?;
-        self.replicas
-            .lock()
-            .await
-            .iter()
-            .position(|r| r.pid() == Some(pid))
     }
 }
 
@@ -243,38 +187,4 @@ pub async fn watch_readiness(shared: Arc<Shared>) -> Vec<(Duration, usize, u16)>
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     samples
-}
-
-/// Restarts every replica that died by itself (its relayer crashed between a broadcast and its
-/// record, as armed), recording each as a fault of that replica.
-pub async fn restart_crashed(
-    shared: Arc<Shared>,
-    replicas: Arc<Mutex<Vec<Replica>>>,
-) -> Vec<Fault> {
-    let mut faults = Vec::new();
-    while !shared.stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let mut replicas = replicas.lock().await;
-        for replica in replicas.iter_mut() {
-            if !replica.exited_by_itself() {
-                continue;
-            }
-            let started = shared.started.elapsed();
-            eprintln!(
-                "chaos: {:>6.1}s replica {} died between broadcast and record; restarting",
-                started.as_secs_f64(),
-                replica.index
-            );
-            if let Err(e) = replica.start().await {
-                eprintln!("chaos: restarting replica {} failed: {e:#}", replica.index);
-            }
-            faults.push(Fault {
-                kind: FaultKind::RelayerCrashedAfterBroadcast,
-                replica: Some(replica.index),
-                started,
-                ended: shared.started.elapsed(),
-            });
-        }
-    }
-    faults
 }
