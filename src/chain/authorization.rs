@@ -81,16 +81,18 @@ impl Authorization {
         self.message().eip712_signing_hash(&self.domain())
     }
 
-    /// The calldata of `transferWithAuthorization(…, v, r, s)` with the payer's signature.
+    /// The calldata of `transferWithAuthorization(…, v, r, s)` with the payer's signature: the
+    /// arguments are the signed message's own fields, so what is sent is what was signed.
     pub fn calldata(&self, signature: &PayerSignature) -> Bytes {
         let sig = signature.0;
+        let message = self.message();
         Eip3009::transferWithAuthorizationCall {
-            from: self.from,
-            to: self.to,
-            value: self.value,
-            validAfter: U256::ZERO,
-            validBefore: U256::from(self.valid_before),
-            nonce: self.nonce,
+            from: message.from,
+            to: message.to,
+            value: message.value,
+            validAfter: message.validAfter,
+            validBefore: message.validBefore,
+            nonce: message.nonce,
             v: 27 + u8::from(sig.v()),
             r: sig.r().into(),
             s: sig.s().into(),
