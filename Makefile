@@ -55,7 +55,7 @@ bench: chain-tools ## release build, HTTP load beside the pgbench reference, set
 	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)
 
 DURATION ?= 60
-chaos: ## fault run: 3 replicas, PostgreSQL restarts, kills, stalls; then the invariant checker
+chaos: chain-tools ## fault run: 3 replicas, a chain, PostgreSQL and anvil restarts, kills, reorgs; then the checker
 	cargo build --release --bin payments-api --example chaos
 	cargo run --release --quiet --example chaos -- --duration $(DURATION)
 

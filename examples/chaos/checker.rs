@@ -62,6 +62,8 @@ pub struct Inputs<'a> {
     pub grace: Duration,
     /// (merchant, event id) of every event the webhook receiver acknowledged.
     pub webhooks_received: &'a HashSet<(String, String)>,
+    pub chain_url: &'a str,
+    pub confirmations: u64,
 }
 
 /// An intent's state as the checker needs it.
@@ -69,7 +71,14 @@ struct IntentRow {
     state: String,
     version: i32,
     cancellation_reason: Option<String>,
+    failure_reason: Option<String>,
     transitions: i64,
+    token: String,
+    payer: String,
+    payee: String,
+    amount: String,
+    /// The transaction that paid it, if one did.
+    settled_by: Option<String>,
 }
 
 struct KeyRecord {
@@ -82,26 +91,69 @@ struct KeyRecord {
 struct Stored {
     intents: HashMap<(String, String), IntentRow>,
     records: HashMap<(String, String), KeyRecord>,
-    /// (merchant, event id, subject, subject version) of every event.
-    events: Vec<(String, String, String, i32)>,
+    /// (merchant, event id, subject, subject version, type) of every event.
+    events: Vec<(String, String, String, i32, String)>,
+    /// (chain, transaction hash, log index) -> (merchant, intent, postings, their sum) per entry.
+    ledger: HashMap<LedgerKey, LedgerEntry>,
+    chain: ChainFacts,
+}
+
+/// (chain, transaction hash, log index) of a ledger entry.
+type LedgerKey = (String, String, i32);
+/// (merchant, intent, number of postings, their sum) of a ledger entry.
+type LedgerEntry = (String, String, i64, String);
+/// (token, from, to, value) of a `Transfer` log.
+type Transfer = (String, String, String, String);
+
+/// What the chain says, read after the run: the receipt of every transaction that settled an
+/// intent, and every confirmed use of an intent's nonce.
+#[derive(Default)]
+struct ChainFacts {
+    /// Transaction hash -> (mined successfully in a confirmed canonical block, its transfers as
+    /// (token, from, to, value)).
+    receipts: HashMap<String, (bool, Vec<Transfer>)>,
+    /// Confirmed `AuthorizationUsed` logs of an intent's nonce by its payer: (merchant, intent,
+    /// transaction, log index, whether the next transfer pays the intent exactly).
+    nonce_uses: Vec<(String, String, String, i32, bool)>,
 }
 
 impl Stored {
-    async fn load(pool: &PgPool) -> anyhow::Result<Self> {
-        let intents = sqlx::query_as::<_, (String, String, String, i32, Option<String>, i64)>(
-            "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, \
-                    (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id) \
+    async fn load(pool: &PgPool, inputs: &Inputs<'_>) -> anyhow::Result<Self> {
+        type Raw = (
+            String,
+            String,
+            String,
+            i32,
+            Option<String>,
+            Option<String>,
+            i64,
+            String,
+            String,
+            String,
+            String,
+            Option<String>,
+        );
+        let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, Raw>(
+            "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, p.failure_reason, \
+                    (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id), \
+                    p.token, p.payer, p.payee, p.amount::text, p.settlement->>'transaction_hash' \
                FROM payment_intents p",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
-        .map(|(merchant, id, state, version, cancellation_reason, transitions)| {
+        .map(|(merchant, id, state, version, cancellation_reason, failure_reason, transitions, token, payer, payee, amount, settled_by)| {
             let row = IntentRow {
                 state,
                 version,
                 cancellation_reason,
+                failure_reason,
                 transitions,
+                token,
+                payer,
+                payee,
+                amount,
+                settled_by,
             };
             ((merchant, id), row)
         })
@@ -121,15 +173,31 @@ impl Stored {
             ((scope, key), record)
         })
         .collect();
-        let events = sqlx::query_as::<_, (String, String, String, i32)>(
-            "SELECT merchant_id, id, subject_id, subject_version FROM events",
+        let events = sqlx::query_as::<_, (String, String, String, i32, String)>(
+            "SELECT merchant_id, id, subject_id, subject_version, type FROM events",
         )
         .fetch_all(pool)
         .await?;
+        let ledger = sqlx::query_as::<_, (String, String, i32, String, String, i64, String)>(
+            "SELECT e.chain, e.transaction_hash, e.log_index, e.merchant_id, e.intent_id, \
+                    count(p.*), coalesce(sum(p.amount), 0)::text \
+               FROM ledger_entries e LEFT JOIN ledger_postings p ON p.entry_id = e.id \
+              GROUP BY e.id",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(chain, tx, log, merchant, intent, postings, sum)| {
+            ((chain, tx, log), (merchant, intent, postings, sum))
+        })
+        .collect();
+        let chain = ChainFacts::load(&intents, inputs.chain_url, inputs.confirmations).await?;
         Ok(Self {
             intents,
             records,
             events,
+            ledger,
+            chain,
         })
     }
 
@@ -144,7 +212,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 14] = [
+const INVARIANTS: [Invariant; 18] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -159,11 +227,15 @@ const INVARIANTS: [Invariant; 14] = [
     each_intent_moved_at_most_once,
     one_event_per_state_change,
     every_event_delivered,
+    paid_only_by_a_confirmed_exact_transfer,
+    every_confirmed_payment_reflected_once,
+    ledger_sums_to_zero,
+    late_payments_are_recorded,
 ];
 
 /// Reads the database and checks every invariant against it and the run's history.
 pub async fn check(pool: &PgPool, inputs: Inputs<'_>) -> anyhow::Result<Verdict> {
-    let stored = Stored::load(pool).await?;
+    let stored = Stored::load(pool, &inputs).await?;
     let rows = INVARIANTS
         .iter()
         .map(|invariant| invariant(&stored, &inputs))
@@ -277,11 +349,10 @@ fn seen_intents_exist_as_answered(stored: &Stored, inputs: &Inputs) -> Row {
                 .is_some_and(|id| stored.intents.contains_key(&(e.scope.to_owned(), id))),
             (OpKind::Cancel, 200) => target().is_some_and(|intent| {
                 intent.state == "canceled"
-                    && intent.version == 2
                     && intent.cancellation_reason.as_deref() == Some("merchant_request")
             }),
             (OpKind::Cancel, 409) if error.as_deref() == Some("invalid_state_transition") => {
-                target().is_some_and(|intent| intent.state == "canceled")
+                target().is_some_and(|intent| intent.state != "created")
             }
             (OpKind::Read, 200) => true,
             (OpKind::Read | OpKind::Cancel, 404) => false,
@@ -413,9 +484,17 @@ fn replicas_survive_database_restarts(_: &Stored, inputs: &Inputs) -> Row {
     let kills: BTreeMap<usize, usize> = inputs
         .faults
         .iter()
-        .filter(|f| f.kind == FaultKind::KillReplica)
-        .fold(BTreeMap::new(), |mut acc, f| {
-            *acc.entry(f.replica.unwrap_or(0)).or_default() += 1;
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FaultKind::KillReplica
+                    | FaultKind::KillRelayer
+                    | FaultKind::RelayerCrashedAfterBroadcast
+            )
+        })
+        .filter_map(|f| f.replica)
+        .fold(BTreeMap::new(), |mut acc, replica| {
+            *acc.entry(replica).or_default() += 1;
             acc
         });
     let unexpected_restarts = inputs
@@ -474,23 +553,27 @@ fn replicas_survive_database_restarts(_: &Stored, inputs: &Inputs) -> Row {
     )
 }
 
-/// Sweepers and cancels: every state change happened once, with version 2.
+/// Sweepers, cancels, confirms and the chain: each state change happened once (one transition per
+/// version) and each state carries what it must.
 fn each_intent_moved_at_most_once(stored: &Stored, _: &Inputs) -> Row {
     let broken = stored
         .intents
         .values()
-        .filter(|intent| match intent.state.as_str() {
-            "created" => intent.version != 1 || intent.transitions != 0,
-            "canceled" => {
-                intent.version != 2
-                    || intent.transitions != 1
-                    || intent.cancellation_reason.is_none()
-            }
-            _ => true,
+        .filter(|intent| {
+            let counted = i64::from(intent.version) == intent.transitions + 1;
+            let complete = match intent.state.as_str() {
+                "created" => intent.version == 1,
+                "processing" => intent.version == 2,
+                "canceled" => intent.cancellation_reason.is_some(),
+                "succeeded" => intent.settled_by.is_some(),
+                "failed" => intent.failure_reason.is_some() && intent.settled_by.is_none(),
+                _ => false,
+            };
+            !(counted && complete)
         })
         .count();
     row(
-        "each intent moved at most once (version, transitions)",
+        "each change applied once (version = transitions + 1, reasons set)",
         stored.intents.len(),
         broken,
     )
@@ -500,7 +583,7 @@ fn each_intent_moved_at_most_once(stored: &Stored, _: &Inputs) -> Row {
 /// event describes a change that did not commit.
 fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
     let mut versions: HashMap<(&str, &str), Vec<i32>> = HashMap::new();
-    for (merchant, _, subject, version) in &stored.events {
+    for (merchant, _, subject, version, _) in &stored.events {
         versions
             .entry((merchant, subject))
             .or_default()
@@ -562,4 +645,233 @@ fn body_id(body: Option<&[u8]>) -> Option<String> {
         .get("id")?
         .as_str()
         .map(str::to_owned)
+}
+
+impl ChainFacts {
+    async fn load(
+        intents: &HashMap<(String, String), IntentRow>,
+        chain_url: &str,
+        confirmations: u64,
+    ) -> anyhow::Result<Self> {
+        use alloy::{
+            primitives::B256,
+            providers::{Provider, ProviderBuilder},
+            rpc::types::Filter,
+            sol_types::SolEvent,
+        };
+        use payments_api::chain::token::Eip3009;
+        let node = ProviderBuilder::new().connect_http(chain_url.parse()?);
+        let head = node.get_block_number().await?;
+        let confirmed = (head + 1).saturating_sub(confirmations);
+        let transfers_of =
+            |logs: &[alloy::rpc::types::Log]| -> Vec<(String, String, String, String, u64)> {
+                logs.iter()
+                    .filter_map(|l| {
+                        let t = Eip3009::Transfer::decode_log_data(l.data()).ok()?;
+                        Some((
+                            l.address().to_checksum(None),
+                            t.from.to_checksum(None),
+                            t.to.to_checksum(None),
+                            t.value.to_string(),
+                            l.log_index?,
+                        ))
+                    })
+                    .collect()
+            };
+        let mut facts = ChainFacts::default();
+        for intent in intents.values() {
+            let Some(tx) = &intent.settled_by else {
+                continue;
+            };
+            let hash: B256 = tx.parse()?;
+            let receipt = node.get_transaction_receipt(hash).await?;
+            let entry = match receipt {
+                None => (false, Vec::new()),
+                Some(receipt) => {
+                    let number = receipt.block_number.unwrap_or(u64::MAX);
+                    let canonical = node
+                        .get_block_by_number(number.into())
+                        .await?
+                        .is_some_and(|b| Some(b.header.hash) == receipt.block_hash);
+                    let ok = receipt.status() && canonical && number <= confirmed;
+                    let transfers = transfers_of(receipt.inner.logs());
+                    (
+                        ok,
+                        transfers
+                            .into_iter()
+                            .map(|(a, f, t, v, _)| (a, f, t, v))
+                            .collect(),
+                    )
+                }
+            };
+            facts.receipts.insert(tx.clone(), entry);
+        }
+        let by_nonce: HashMap<[u8; 32], (&(String, String), &IntentRow)> = intents
+            .iter()
+            .map(|(key, intent)| {
+                (
+                    payments_api::intents::domain::chain_nonce(&key.1),
+                    (key, intent),
+                )
+            })
+            .collect();
+        let uses = node
+            .get_logs(
+                &Filter::new()
+                    .from_block(0)
+                    .to_block(confirmed)
+                    .event_signature(Eip3009::AuthorizationUsed::SIGNATURE_HASH),
+            )
+            .await?;
+        for log in uses {
+            let Ok(used) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) else {
+                continue;
+            };
+            let Some(((merchant, id), intent)) = by_nonce.get(&used.nonce.0) else {
+                continue;
+            };
+            if used.authorizer.to_checksum(None) != intent.payer
+                || log.address().to_checksum(None) != intent.token
+            {
+                continue;
+            }
+            let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                continue;
+            };
+            let Some(receipt) = node.get_transaction_receipt(tx).await? else {
+                continue;
+            };
+            let pays = transfers_of(receipt.inner.logs())
+                .into_iter()
+                .filter(|(token, .., at)| *token == intent.token && *at > index)
+                .min_by_key(|(.., at)| *at)
+                .is_some_and(|(_, from, to, value, _)| {
+                    from == intent.payer && to == intent.payee && value == intent.amount
+                });
+            facts.nonce_uses.push((
+                merchant.clone(),
+                id.clone(),
+                tx.to_string(),
+                index as i32,
+                pays,
+            ));
+        }
+        Ok(facts)
+    }
+}
+
+/// No intent is paid (succeeded, or a late payment on a canceled one) without a confirmed,
+/// canonical transaction that moved exactly its amount of its token from its payer to its merchant.
+fn paid_only_by_a_confirmed_exact_transfer(stored: &Stored, _: &Inputs) -> Row {
+    let paid: Vec<&IntentRow> = stored
+        .intents
+        .values()
+        .filter(|i| i.settled_by.is_some())
+        .collect();
+    let unfounded = paid
+        .iter()
+        .filter(|intent| {
+            let tx = intent.settled_by.as_ref().expect("filtered");
+            !stored
+                .chain
+                .receipts
+                .get(tx)
+                .is_some_and(|(ok, transfers)| {
+                    *ok && transfers.iter().any(|(token, from, to, value)| {
+                        *token == intent.token
+                            && *from == intent.payer
+                            && *to == intent.payee
+                            && *value == intent.amount
+                    })
+                })
+        })
+        .count();
+    row(
+        "paid only by a confirmed exact transfer to its merchant",
+        paid.len(),
+        unfounded,
+    )
+}
+
+/// Every confirmed use of an intent's nonce is reflected exactly once: a payment as the intent's
+/// settlement, one ledger entry and one event; any other use as `failed: nonce_used_otherwise`.
+fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
+    let wrong = stored
+        .chain
+        .nonce_uses
+        .iter()
+        .filter(|(merchant, id, tx, index, pays)| {
+            let Some(intent) = stored.intents.get(&(merchant.clone(), id.clone())) else {
+                return true;
+            };
+            if !pays {
+                return !(intent.state == "failed"
+                    && intent.failure_reason.as_deref() == Some("nonce_used_otherwise"));
+            }
+            let booked = stored
+                .ledger
+                .get(&("evm:31337".to_owned(), tx.clone(), *index))
+                .is_some_and(|(m, i, ..)| m == merchant && i == id);
+            let announced = stored
+                .events
+                .iter()
+                .filter(|(m, _, subject, _, kind)| {
+                    m == merchant
+                        && subject == id
+                        && matches!(
+                            kind.as_str(),
+                            "payment_intent.succeeded" | "payment_intent.paid_after_cancel"
+                        )
+                })
+                .count();
+            !(intent.settled_by.as_deref() == Some(tx.as_str()) && booked && announced == 1)
+        })
+        .count();
+    let payments = stored.chain.nonce_uses.iter().filter(|u| u.4).count();
+    let extra_entries = stored.ledger.len().saturating_sub(payments);
+    row(
+        "each confirmed nonce use reflected once: intent, ledger, event",
+        stored.chain.nonce_uses.len(),
+        wrong + extra_entries,
+    )
+}
+
+/// Every ledger entry has its two postings and sums to zero.
+fn ledger_sums_to_zero(stored: &Stored, _: &Inputs) -> Row {
+    let unbalanced = stored
+        .ledger
+        .values()
+        .filter(|(_, _, postings, sum)| *postings != 2 || sum != "0")
+        .count();
+    row(
+        "every ledger entry sums to zero (two postings)",
+        stored.ledger.len(),
+        unbalanced,
+    )
+}
+
+/// An intent that is canceled yet paid carries the late-payment record (its event); a failed one
+/// is never paid.
+fn late_payments_are_recorded(stored: &Stored, _: &Inputs) -> Row {
+    let late: Vec<(&(String, String), &IntentRow)> = stored
+        .intents
+        .iter()
+        .filter(|(_, i)| {
+            i.settled_by.is_some() && matches!(i.state.as_str(), "canceled" | "failed")
+        })
+        .collect();
+    let unrecorded = late
+        .iter()
+        .filter(|((merchant, id), intent)| {
+            intent.state == "failed"
+                || !stored.events.iter().any(|(m, _, subject, _, kind)| {
+                    m == merchant && subject == id && kind == "payment_intent.paid_after_cancel"
+                })
+        })
+        .count();
+    row(
+        "no canceled/failed intent paid without a late-payment record",
+        late.len(),
+        unrecorded,
+    )
 }

@@ -214,6 +214,20 @@ impl Replica {
         }
     }
 
+    /// Whether the process this replica last started exited without being killed here.
+    pub fn exited_by_itself(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
+    /// Later starts run without the relayer's crash point, so a run that waits for settlement
+    /// after its load sees each replica die by itself at most once more.
+    pub fn disarm_crash_point(&mut self) {
+        self.env
+            .retain(|(name, _)| name != "RELAYER_CRASH_AFTER_BROADCAST");
+    }
+
     /// Whether the process this replica last started is still running.
     pub fn alive(&mut self) -> bool {
         self.child
@@ -226,5 +240,107 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.signal("CONT");
         self.kill();
+    }
+}
+
+/// The chain: anvil with one-second blocks whose state is dumped to a file when it stops and
+/// loaded when it starts, so a restart keeps the chain (as compose's volume does).
+pub struct Chain {
+    pub port: u16,
+    state: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Chain {
+    pub fn new(port: u16, dir: &Path) -> Self {
+        let state = dir.join("anvil-state.json");
+        let _ = std::fs::remove_file(&state);
+        Self {
+            port,
+            state,
+            log: dir.join("anvil.log"),
+            child: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        let anvil = std::env::var_os("ANVIL_BIN").map_or_else(
+            || PathBuf::from("contracts/node_modules/.bin/anvil"),
+            PathBuf::from,
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(&anvil)
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--chain-id",
+                "31337",
+                "--block-time",
+                "1",
+            ])
+            .arg("--state")
+            .arg(&self.state)
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("start {} (make chain-tools)", anvil.display()))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        let probe = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []});
+        let client = reqwest::Client::new();
+        while client.post(self.url()).json(&probe).send().await.is_err() {
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("anvil did not start; see {}", self.log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM: anvil writes its state before it exits.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    pub async fn rpc(
+        &self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> anyhow::Result<serde_json::Value> {
+        let answer: serde_json::Value = reqwest::Client::new()
+            .post(self.url())
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+            )
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(error) = answer.get("error") {
+            bail!("{method}: {error}");
+        }
+        Ok(answer["result"].clone())
+    }
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Faults on a schedule while the load runs, each recorded with its time window.
 
 use std::{
-    sync::{Arc, atomic::Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -10,7 +13,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     client::Shared,
-    cluster::{Postgres, Replica},
+    cluster::{Chain, Postgres, Replica},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,13 +23,22 @@ pub enum FaultKind {
     TerminateBackends,
     StallWrites,
     PauseReplica,
+    RestartChain,
+    ReorgChain,
+    KillRelayer,
+    /// Not injected on a schedule: a replica's relayer died by itself between a broadcast and
+    /// its record (`RELAYER_CRASH_AFTER_BROADCAST`), and was restarted.
+    RelayerCrashedAfterBroadcast,
 }
 
 impl FaultKind {
-    pub const ROTATION: [FaultKind; 5] = [
+    pub const ROTATION: [FaultKind; 8] = [
         FaultKind::KillReplica,
+        FaultKind::RestartChain,
         FaultKind::RestartPostgres,
+        FaultKind::ReorgChain,
         FaultKind::TerminateBackends,
+        FaultKind::KillRelayer,
         FaultKind::StallWrites,
         FaultKind::PauseReplica,
     ];
@@ -38,6 +50,10 @@ impl FaultKind {
             Self::TerminateBackends => "pg_terminate_backend (all)",
             Self::StallWrites => "stall writes past the lease",
             Self::PauseReplica => "SIGSTOP a replica past its lease",
+            Self::RestartChain => "restart anvil (state kept)",
+            Self::ReorgChain => "reorg the chain 2 blocks deep",
+            Self::KillRelayer => "SIGKILL the relayer, restart it",
+            Self::RelayerCrashedAfterBroadcast => "relayer died between broadcast and record",
         }
     }
 
@@ -65,6 +81,7 @@ pub struct Injector {
     pub database_url: String,
     pub lease: Duration,
     pub every: Duration,
+    pub chain: Arc<Mutex<Chain>>,
 }
 
 impl Injector {
@@ -77,15 +94,18 @@ impl Injector {
                 break;
             }
             let kind = FaultKind::ROTATION[round % FaultKind::ROTATION.len()];
-            let replica = round % 3;
+            // The replica a fault hits, chosen before it strikes.
+            let replica = match kind {
+                FaultKind::KillReplica | FaultKind::PauseReplica => Some(round % 3),
+                FaultKind::KillRelayer => self.relayer_replica().await,
+                _ => None,
+            };
             let started = self.shared.started.elapsed();
             eprintln!("chaos: {:>6.1}s {}", started.as_secs_f64(), kind.name());
             if let Err(e) = self.inject(kind, replica).await {
                 eprintln!("chaos: fault {kind:?} failed: {e:#}");
             }
             let ended = self.shared.started.elapsed();
-            let replica =
-                matches!(kind, FaultKind::KillReplica | FaultKind::PauseReplica).then_some(replica);
             faults.push(Fault {
                 kind,
                 replica,
@@ -96,10 +116,14 @@ impl Injector {
         faults
     }
 
-    async fn inject(&self, kind: FaultKind, replica: usize) -> anyhow::Result<()> {
+    async fn inject(&self, kind: FaultKind, replica: Option<usize>) -> anyhow::Result<()> {
         let past_the_lease = self.lease + Duration::from_secs(1);
         match kind {
-            FaultKind::KillReplica => {
+            FaultKind::KillReplica | FaultKind::KillRelayer => {
+                // No relayer holds the lease: nothing to kill this round.
+                let Some(replica) = replica else {
+                    return Ok(());
+                };
                 self.replicas.lock().await[replica].kill();
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 self.replicas.lock().await[replica].start().await?;
@@ -132,12 +156,47 @@ impl Injector {
                 tx.rollback().await?;
             }
             FaultKind::PauseReplica => {
+                let Some(replica) = replica else {
+                    return Ok(());
+                };
                 self.replicas.lock().await[replica].signal("STOP");
                 tokio::time::sleep(past_the_lease).await;
                 self.replicas.lock().await[replica].signal("CONT");
             }
+            FaultKind::RestartChain => {
+                let mut chain = self.chain.lock().await;
+                chain.stop();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                chain.start().await?;
+            }
+            // Happens by itself, never scheduled.
+            FaultKind::RelayerCrashedAfterBroadcast => {}
+            FaultKind::ReorgChain => {
+                // Shallower than the confirmations: only unconfirmed observations are undone.
+                self.chain
+                    .lock()
+                    .await
+                    .rpc("anvil_reorg", serde_json::json!([2, []]))
+                    .await?;
+            }
         }
         Ok(())
+    }
+
+    /// The replica whose process holds the relayer's lease (its holder starts with its pid).
+    async fn relayer_replica(&self) -> Option<usize> {
+        let mut conn = PgConnection::connect(&self.database_url).await.ok()?;
+        let holder: String =
+            sqlx::query_scalar("SELECT holder FROM relayer_leases WHERE expires_at > now()")
+                .fetch_optional(&mut conn)
+                .await
+                .ok()??;
+        let pid: u32 = holder.split(':').next()?.parse().ok()?;
+        self.replicas
+            .lock()
+            .await
+            .iter()
+            .position(|r| r.pid() == Some(pid))
     }
 }
 
@@ -187,4 +246,44 @@ pub async fn watch_readiness(shared: Arc<Shared>) -> Vec<(Duration, usize, u16)>
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     samples
+}
+
+/// Restarts every replica that died by itself (its relayer crashed between a broadcast and its
+/// record, as armed), recording each as a fault of that replica.
+pub async fn restart_crashed(
+    shared: Arc<Shared>,
+    replicas: Arc<Mutex<Vec<Replica>>>,
+    judged: Arc<AtomicBool>,
+) -> Vec<Fault> {
+    let mut faults = Vec::new();
+    // Relayers keep sending (and dying) while the run waits for settlement after the load, so
+    // the watcher keeps restarting them until the checker starts reading.
+    while !judged.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut replicas = replicas.lock().await;
+        for replica in replicas.iter_mut() {
+            if !replica.exited_by_itself() {
+                continue;
+            }
+            let started = shared.started.elapsed();
+            eprintln!(
+                "chaos: {:>6.1}s replica {} died between broadcast and record; restarting",
+                started.as_secs_f64(),
+                replica.index
+            );
+            if shared.stop.load(Ordering::Relaxed) {
+                replica.disarm_crash_point();
+            }
+            if let Err(e) = replica.start().await {
+                eprintln!("chaos: restarting replica {} failed: {e:#}", replica.index);
+            }
+            faults.push(Fault {
+                kind: FaultKind::RelayerCrashedAfterBroadcast,
+                replica: Some(replica.index),
+                started,
+                ended: shared.started.elapsed(),
+            });
+        }
+    }
+    faults
 }

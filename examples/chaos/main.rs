@@ -1,14 +1,24 @@
-//! `make chaos`: a Jepsen-style fault run. Three payments-api replicas on one private PostgreSQL,
-//! merchant-like clients that retry every operation until it has a final answer, faults injected
-//! on a schedule, then a checker that reads the whole history and the database.
+//! `make chaos`: a Jepsen-style fault run. Three payments-api replicas on one private PostgreSQL
+//! and one anvil chain (settlement on, relayer and listener in every replica), merchant-like
+//! clients that retry every operation until it has a final answer, a payer paying intents through
+//! the API and on chain directly, faults injected on a schedule, then a checker that reads the
+//! whole history, the database and the chain.
 
 mod checker;
 mod client;
 mod cluster;
 mod faults;
+mod payer;
 mod receiver;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -17,7 +27,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     client::{Outcome, Shared},
-    cluster::{Postgres, Replica},
+    cluster::{Chain, Postgres, Replica},
     faults::{FaultKind, Injector},
 };
 
@@ -44,6 +54,7 @@ struct Args {
 }
 
 const LEASE_SECONDS: u64 = 4;
+const CONFIRMATIONS: u64 = 3;
 const REQUEST_TIMEOUT_SECONDS: u64 = 3;
 
 #[tokio::main]
@@ -80,6 +91,11 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let received = receiver::start_for(&database_url, &["merchant_demo", "merchant_other"]).await?;
+    let mut chain = Chain::new(args.port + 10, &args.out);
+    chain.start().await?;
+    payments_api::chain::devnet::set_up(&chain.url().parse()?).await?;
+    let chain_url = chain.url();
+    let chain = Arc::new(Mutex::new(chain));
 
     let env = vec![
         ("DATABASE_URL".to_owned(), database_url.clone()),
@@ -105,6 +121,16 @@ async fn main() -> anyhow::Result<()> {
         ("WEBHOOK_TIMEOUT_SECONDS".to_owned(), "2".to_owned()),
         ("WEBHOOK_RETRY_BASE_SECONDS".to_owned(), "1".to_owned()),
         ("RUST_LOG".to_owned(), "info".to_owned()),
+        ("CHAINS".to_owned(), format!("evm:31337={chain_url}")),
+        ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
+        ("CHAIN_POLL_INTERVAL_MS".to_owned(), "200".to_owned()),
+        (
+            "RELAYER_PRIVATE_KEY".to_owned(),
+            payments_api::chain::devnet::ANVIL_KEYS[3].to_owned(),
+        ),
+        ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "3".to_owned()),
+        // One broadcast in ten kills its replica before the broadcast is recorded.
+        ("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "0.1".to_owned()),
     ];
     let mut replicas = Vec::new();
     for index in 0..3 {
@@ -136,9 +162,21 @@ async fn main() -> anyhow::Result<()> {
             database_url: database_url.clone(),
             lease: Duration::from_secs(LEASE_SECONDS),
             every: Duration::from_secs(args.fault_every),
+            chain: chain.clone(),
         }
         .run(),
     );
+    let judged = Arc::new(AtomicBool::new(false));
+    let crashes = tokio::spawn(faults::restart_crashed(
+        shared.clone(),
+        replicas.clone(),
+        judged.clone(),
+    ));
+    let payer = tokio::spawn(payer::run(
+        shared.clone(),
+        chain_url.clone(),
+        database_url.clone(),
+    ));
     let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
     let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
 
@@ -147,25 +185,17 @@ async fn main() -> anyhow::Result<()> {
     let recovery = Duration::from_secs(LEASE_SECONDS + REQUEST_TIMEOUT_SECONDS);
     *shared.give_up_at.lock().unwrap() =
         Some(std::time::Instant::now() + recovery + Duration::from_secs(30));
-    shared
-        .stop
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    let faults = injector.await?;
+    shared.stop.store(true, Ordering::Relaxed);
+    let mut faults = injector.await?;
     for client in clients {
         client.await?;
     }
     let aged = ager.await?;
+    let paid = payer.await?;
     let readiness = readiness.await?;
-    let replica_pids: Vec<Vec<u32>> = {
-        let mut replicas = replicas.lock().await;
-        for replica in replicas.iter_mut() {
-            replica.signal("CONT");
-            if !replica.alive() {
-                eprintln!("chaos: replica {} died on its own", replica.index);
-            }
-        }
-        replicas.iter().map(|r| r.pids.clone()).collect()
-    };
+    for replica in replicas.lock().await.iter_mut() {
+        replica.signal("CONT");
+    }
     // Leases and timeouts of the last attempts run out before the database is judged.
     tokio::time::sleep(recovery).await;
 
@@ -173,11 +203,27 @@ async fn main() -> anyhow::Result<()> {
         .max_connections(2)
         .connect(&database_url)
         .await?;
+    settle_chain(&pool, &chain_url).await?;
     drain_webhooks(&pool).await?;
+    judged.store(true, Ordering::Relaxed);
+    faults.extend(crashes.await?);
+    let replica_pids: Vec<Vec<u32>> = {
+        let mut replicas = replicas.lock().await;
+        for replica in replicas.iter_mut() {
+            if !replica.alive() {
+                eprintln!("chaos: replica {} is not running", replica.index);
+            }
+        }
+        replicas.iter().map(|r| r.pids.clone()).collect()
+    };
     let webhooks_received = received.lock().unwrap().clone();
     let history = shared.history.lock().unwrap().clone();
     let unresolved = shared.unresolved.lock().unwrap().clone();
     summary(&history, &faults, aged, &pool).await?;
+    println!(
+        "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned",
+        paid.confirmed, paid.submitted, paid.burned
+    );
     let verdict = checker::check(
         &pool,
         checker::Inputs {
@@ -188,6 +234,8 @@ async fn main() -> anyhow::Result<()> {
             replica_pids: &replica_pids,
             grace: Duration::from_secs(5),
             webhooks_received: &webhooks_received,
+            chain_url: &chain_url,
+            confirmations: CONFIRMATIONS,
         },
     )
     .await?;
@@ -209,6 +257,45 @@ async fn main() -> anyhow::Result<()> {
             "chaos: invariants violated; replica logs in {}",
             args.out.display()
         )
+    }
+}
+
+/// Waits until the listeners caught up with the chain and confirmed what they observed, and no
+/// intent is still on its way (`processing`), or a minute and a half passed.
+async fn settle_chain(pool: &sqlx::PgPool, chain_url: &str) -> anyhow::Result<()> {
+    use alloy::providers::{Provider, ProviderBuilder};
+    let node = ProviderBuilder::new().connect_http(chain_url.parse()?);
+    let started = std::time::Instant::now();
+    loop {
+        let head = node.get_block_number().await? as i64;
+        let (behind, unconfirmed, processing, halted): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM chain_cursors WHERE block_number < $1 - 1), \
+                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND block_number <= $1 - $2), \
+                    (SELECT count(*) FROM payment_intents WHERE state = 'processing'), \
+                    (SELECT count(*) FROM chain_cursors WHERE halted IS NOT NULL)",
+        )
+        .bind(head)
+        .bind(CONFIRMATIONS as i64)
+        .fetch_one(pool)
+        .await?;
+        if halted > 0 {
+            println!("\nsettlement: the listener halted (see the replica logs)");
+            return Ok(());
+        }
+        if behind == 0 && unconfirmed == 0 && processing == 0 {
+            println!(
+                "\nsettlement: listeners caught up with block {head}, nothing processing, {:.1} s after the load",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            println!(
+                "\nsettlement: after 90 s, {behind} cursor(s) behind, {unconfirmed} confirmed observation(s) unapplied, {processing} intent(s) processing"
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
