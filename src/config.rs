@@ -72,7 +72,8 @@ pub enum ApiKeysCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// PostgreSQL connection string.
+    /// PostgreSQL connection string; several hosts (`h1:5432,h2:5432`) with
+    /// `target_session_attrs=read-write` follow the primary across a failover.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 

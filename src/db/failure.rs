@@ -33,6 +33,9 @@ impl Failure {
                     Self::ConnectionLost
                 }
                 Some("53300") => Self::Overloaded,
+                // 25006: the server no longer takes writes, a primary demoted under us: its
+                // connections must go, and a new one finds the new primary (`servers.rs`).
+                Some("25006") => Self::ConnectionLost,
                 // Undefined table, column, function.
                 Some("42P01" | "42703" | "42883") => Self::NotMigrated,
                 // 53xxx (insufficient resources), 40001/40P01 (serialization failure, deadlock),
@@ -64,6 +67,13 @@ pub fn observe(error: &sqlx::Error) -> Failure {
     let failure = Failure::of(error);
     if failure == Failure::ConnectionLost {
         super::pool::distrust_idle_connections();
+    }
+    // A demoted primary still answers pings: every connection opened so far may be on it.
+    if error
+        .as_database_error()
+        .is_some_and(|db| db.code().as_deref() == Some("25006"))
+    {
+        super::pool::replace_connections_opened_until_now();
     }
     failure
 }

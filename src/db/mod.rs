@@ -1,11 +1,13 @@
 //! The database: the connection pool and when it trusts a connection ([`pool`]), what a database
 //! error means for the request that met it ([`failure`]), the request-scoped transaction a handler
-//! writes through ([`transaction`]), and the schema's migrations ([`migrate`]).
+//! writes through ([`transaction`]), the schema's migrations ([`migrate`]), and the servers a
+//! `DATABASE_URL` names ([`servers`]).
 //! The policy behind the pool is argued in `docs/design.md` ("The connection pool").
 
 pub mod failure;
 pub mod migrate;
 pub mod pool;
+pub mod servers;
 pub mod transaction;
 
 pub use failure::{Failure, observe};

@@ -2,10 +2,9 @@
 
 use std::{
     pin::pin,
-    str::FromStr,
     sync::{
         LazyLock,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     task::{Context, Poll, Waker},
     time::{Duration, Instant},
@@ -16,9 +15,12 @@ use backon::{ExponentialBuilder, Retryable};
 use deadpool::managed::{
     self, Metrics, PoolError, RecycleError, RecycleResult, TimeoutType, Timeouts,
 };
-use sqlx::{Connection, PgConnection, postgres::PgConnectOptions};
+use sqlx::{Connection, PgConnection};
 
-use super::Failure;
+use super::{
+    Failure,
+    servers::{self, Servers},
+};
 
 /// The connection pool: deadpool over sqlx's connections rather than sqlx's own pool, which pings
 /// every connection it takes back. Waiters are served first come, first served, and a connection
@@ -41,7 +43,8 @@ pub type PooledConnection = managed::Object<Connector>;
 /// while the database is down.
 pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
     let connector = Connector {
-        options: connect_options(database_url)?,
+        servers: database_url.parse()?,
+        preferred: AtomicUsize::new(0),
     };
     let pool = managed::Pool::builder(connector)
         .max_size(max_connections as usize)
@@ -115,11 +118,6 @@ impl Pool {
     }
 }
 
-fn connect_options(database_url: &str) -> anyhow::Result<PgConnectOptions> {
-    PgConnectOptions::from_str(database_url)
-        .context("DATABASE_URL is not a valid PostgreSQL connection string")
-}
-
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a ping may take before its connection is taken for dead: far above a round trip on
@@ -128,7 +126,30 @@ const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Opens connections for the [`Pool`] and decides which ones to check before reuse.
 pub struct Connector {
-    options: PgConnectOptions,
+    servers: Servers,
+    /// The server the last connection was opened to, tried first: after a failover the pool
+    /// does not knock at the old primary before every new connection.
+    preferred: AtomicUsize,
+}
+
+impl Connector {
+    /// One connection to the first server that takes it (and, if the URL asks, takes writes),
+    /// starting with the preferred one. All refusing: the last refusal.
+    async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
+        let candidates = &self.servers.candidates;
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut refusal = None;
+        for i in (0..candidates.len()).map(|k| (first + k) % candidates.len()) {
+            match servers::open(&candidates[i], self.servers.read_write).await {
+                Ok(connection) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(connection);
+                }
+                Err(e) => refusal = Some(e),
+            }
+        }
+        Err(refusal.expect("a DATABASE_URL names at least one server"))
+    }
 }
 
 /// A connection this old is replaced rather than reused (as sqlx's pool does by default), so
@@ -145,7 +166,7 @@ impl managed::Manager for Connector {
     /// what the last try met, so an operator reads "connection refused", not "timed out".
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
         let last_error = std::sync::Mutex::new(None::<String>);
-        let connect = || PgConnection::connect_with(&self.options);
+        let connect = || self.connect();
         let retried = connect
             .retry(
                 ExponentialBuilder::default()
@@ -264,7 +285,7 @@ fn idle_connections_distrusted() -> bool {
 /// rather than reused; 0 means none.
 static SILENT_SINCE_MS: AtomicU64 = AtomicU64::new(0);
 
-fn replace_connections_opened_until_now() {
+pub(super) fn replace_connections_opened_until_now() {
     SILENT_SINCE_MS.store(millis_since_start(), Ordering::Relaxed);
 }
 

@@ -223,6 +223,34 @@ async fn retention_deletes_expired_records_but_never_a_live_lease() {
 }
 
 #[tokio::test]
+async fn a_backlog_past_retention_is_worked_off_in_one_round_with_growing_batches() {
+    let app = TestApp::spawn().await;
+    // More than a round of fixed 500-row batches (20 per round) could delete.
+    let backlog = 30_000;
+    sqlx::query(
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, state, attempt, lease_expires_at, created_at, expires_at, \
+                                       completed_at, response_status, response_headers, response_body) \
+         SELECT $1, 'old-' || i, sha256(i::text::bytea), 'completed', 1, now() - interval '2 days', \
+                now() - interval '2 days', now() - interval '1 day', now() - interval '2 days', 201, '{}', '\\x7b7d' \
+           FROM generate_series(1, $2) AS i",
+    )
+    .bind(DEMO_MERCHANT)
+    .bind(backlog)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    app.create_id(Some("live-key")).await;
+
+    let report = app.sweep().await.unwrap();
+    assert_eq!(report.keys_deleted, backlog as u64);
+    let left: Vec<String> = sqlx::query_scalar("SELECT key FROM idempotency_keys")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["live-key"]);
+}
+
+#[tokio::test]
 async fn list_pages_newest_first_without_skipping_or_repeating_while_intents_are_created() {
     let app = TestApp::spawn().await;
     let mut existing = Vec::new();

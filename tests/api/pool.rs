@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use sqlx::postgres::PgPoolOptions;
+
 use crate::{
-    helpers::{DEMO_MERCHANT, DEMO_TOKEN, SEED_BODY, TestApp, spawn_create},
+    helpers::{DEMO_MERCHANT, DEMO_TOKEN, ReplicatedPostgres, SEED_BODY, TestApp, spawn_create},
     leases::waiting_inserts,
 };
 
@@ -164,4 +166,82 @@ async fn app_with_one_connection() -> TestApp {
         s.sweep_interval = Duration::from_secs(3600);
     })
     .await
+}
+
+/// `DATABASE_URL` may list several servers with `target_session_attrs=read-write`, as libpq
+/// allows: the pool passes over a standby, and after a failover finds the new primary by itself,
+/// without a restart. The standby is listed first, so the first choice is a real one.
+#[tokio::test]
+async fn a_multi_host_url_finds_the_primary_and_follows_it_across_a_failover() {
+    let pg = ReplicatedPostgres::start().await;
+    let primary_url = ReplicatedPostgres::url(&pg.primary, "postgres");
+    let standby_url = ReplicatedPostgres::url(&pg.standby, "postgres");
+    payments_api::db::migrate(&primary_url).await.unwrap();
+    let servers = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        pg.standby.port, pg.primary.port
+    );
+    let app = TestApp::spawn_reaching(&servers, &primary_url, |s| {
+        s.sweep_interval = Duration::from_secs(3600)
+    })
+    .await;
+    let before = app
+        .create_intent(DEMO_TOKEN, Some("before-failover"), SEED_BODY)
+        .await;
+    assert_eq!(before.status, 201, "{}", before.body);
+
+    // A planned failover: the standby has replayed all the primary wrote, then takes over.
+    let written: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let standby = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&standby_url)
+        .await
+        .unwrap();
+    let replayed = || async {
+        sqlx::query_scalar::<_, bool>("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn")
+            .bind(&written)
+            .fetch_one(&standby)
+            .await
+            .unwrap()
+    };
+    for _ in 0..200 {
+        if replayed().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(replayed().await, "the standby replays the primary's WAL");
+    pg.crash_primary();
+    pg.promote_standby();
+
+    // The pooled connections died with the old primary: a client retrying with its key meets
+    // 503s at most, until the pool has found the new primary; never a 500.
+    let mut unavailable = 0;
+    let after = loop {
+        let answer = app
+            .create_intent(DEMO_TOKEN, Some("after-failover"), SEED_BODY)
+            .await;
+        if answer.status != 503 {
+            break answer;
+        }
+        unavailable += 1;
+        assert!(unavailable < 100, "the pool never found the new primary");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(after.status, 201, "{}", after.body);
+    let replay = app
+        .create_intent(DEMO_TOKEN, Some("before-failover"), SEED_BODY)
+        .await;
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, before.body, "replayed byte for byte");
+    let on_new_primary: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM payment_intents WHERE NOT pg_is_in_recovery()")
+            .fetch_one(&standby)
+            .await
+            .unwrap();
+    assert_eq!(on_new_primary, 2, "both intents, on the promoted standby");
 }

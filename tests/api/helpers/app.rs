@@ -5,7 +5,7 @@ use std::time::Duration;
 use payments_api::{
     config::{IdempotencySettings, Settings, SettlementSettings, WebhookSettings},
     startup::Application,
-    sweeper::{self, SweepReport},
+    sweeper::{SweepReport, Sweeper},
 };
 use reqwest::{Client, RequestBuilder};
 use sqlx::{PgPool, postgres::PgPoolOptions};
@@ -109,8 +109,8 @@ impl TestApp {
     }
 
     /// Spawns the app reaching its database at `app_url`, which may lead elsewhere than
-    /// `database_url`, the database itself.
-    async fn spawn_reaching(
+    /// `database_url`, the database itself (a proxy, or a list of servers).
+    pub async fn spawn_reaching(
         app_url: &str,
         database_url: &str,
         configure: impl FnOnce(&mut Settings),
@@ -147,7 +147,9 @@ impl TestApp {
     /// One round of the sweepers, as a replica runs it, on a connection of the test's own.
     pub async fn sweep(&self) -> Result<SweepReport, sqlx::Error> {
         let mut connection = self.db.acquire().await.expect("test connection");
-        sweeper::sweep_once(&mut connection, &self.settled_chains).await
+        Sweeper::new(self.settled_chains.clone(), Duration::from_secs(30))
+            .sweep_once(&mut connection)
+            .await
     }
 
     /// POST /v1/payment_intents as curl's `-d` sends it (form Content-Type), like the README's

@@ -1,8 +1,9 @@
 //! Test harness, by concern: a real PostgreSQL and a fresh database per test ([`database`]), the app
 //! served in this process ([`app`]), the real binary in a process of its own ([`process`]), a
 //! lock that stalls intent inserts from outside the app ([`blocker`]), a proxy that breaks the
-//! network between the app and its database ([`proxy`]), a webhook receiver ([`receiver`]), and a
-//! real chain with the devnet token ([`chain`]).
+//! network between the app and its database ([`proxy`]), a webhook receiver ([`receiver`]), a
+//! primary with a hot standby to fail over ([`replicated`]), and a real chain with the devnet
+//! token ([`chain`]).
 
 mod app;
 mod blocker;
@@ -11,12 +12,14 @@ mod database;
 mod process;
 mod proxy;
 mod receiver;
+mod replicated;
 
 pub use app::{Answer, TestApp, serve, spawn_create, test_settings};
 pub use database::{empty_database, fresh_database};
 pub use process::ServerProcess;
 pub use proxy::Fault;
 pub use receiver::{Received, Receiver, Reply};
+pub use replicated::ReplicatedPostgres;
 
 pub const DEMO_TOKEN: &str = "merchant-demo";
 pub const DEMO_MERCHANT: &str = "merchant_demo";
