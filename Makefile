@@ -8,7 +8,7 @@ BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 SQLX_OFFLINE ?= true
 export DATABASE_URL BOOTSTRAP_API_KEYS SQLX_OFFLINE
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos schemathesis fuzz chain-tools contracts contracts-check
+.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -58,6 +58,14 @@ DURATION ?= 60
 chaos: chain-tools ## fault run: 3 replicas, a chain, PostgreSQL and anvil restarts, kills, reorgs; then the checker
 	cargo build --release --bin payments-api --example chaos
 	cargo run --release --quiet --example chaos -- --duration $(DURATION)
+
+HA_TOOLS := patroni etcd haproxy
+ha-chaos: chain-tools ## failover run on Patroni (3 PostgreSQL, synchronous standby), etcd and HAProxy: via HAProxy, then a multi-host DATABASE_URL
+	@for tool in $(HA_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$tool >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server haproxy >/dev/null; fi
+	cargo build --release --bin payments-api --example chaos
+	cargo run --release --quiet --example chaos -- --ha proxy --duration $(DURATION) --fault-every 15 --out target/ha-chaos/proxy
+	cargo run --release --quiet --example chaos -- --ha multi-host --duration $(DURATION) --fault-every 15 --out target/ha-chaos/multi-host
 
 schemathesis: ## Schemathesis (PyPI) against /openapi.json of a live debug build
 	cargo build --bin payments-api

@@ -31,6 +31,13 @@ pub enum OpKind {
     Read,
 }
 
+impl OpKind {
+    /// Whether a success of this kind committed something (reads and reuse write nothing).
+    pub fn writes(self) -> bool {
+        matches!(self, Self::Create | Self::HotCreate | Self::Cancel)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Outcome {
     Answer {

@@ -94,7 +94,7 @@ impl Drop for Postgres {
     }
 }
 
-fn find_pg_bin() -> PathBuf {
+pub fn find_pg_bin() -> PathBuf {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
@@ -115,7 +115,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn run(cmd: &mut Command) -> anyhow::Result<()> {
+pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
     let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !output.status.success() {
         bail!(

@@ -11,9 +11,12 @@ use std::{
 use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
+use anyhow::Context;
+
 use crate::{
     client::Shared,
     cluster::{Chain, Postgres, Replica},
+    patroni::{self, PatroniCluster},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,6 +32,14 @@ pub enum FaultKind {
     /// Not injected on a schedule: a replica's relayer died by itself between a broadcast and
     /// its record (`RELAYER_CRASH_AFTER_BROADCAST`), and was restarted.
     RelayerCrashedAfterBroadcast,
+    /// The Patroni cluster (`--ha`): SIGKILL of the leader's postmaster.
+    KillLeaderPostgres,
+    /// SIGKILL of the leader's Patroni, restarted after a few seconds.
+    KillLeaderPatroni,
+    /// A planned switchover to the synchronous standby.
+    Switchover,
+    /// etcd stopped for longer than the leader key's TTL.
+    StopEtcd,
 }
 
 impl FaultKind {
@@ -43,6 +54,14 @@ impl FaultKind {
         FaultKind::PauseReplica,
     ];
 
+    /// The faults of a run on a Patroni cluster: each fails over, or tries to.
+    pub const HA_ROTATION: [FaultKind; 4] = [
+        FaultKind::KillLeaderPostgres,
+        FaultKind::Switchover,
+        FaultKind::KillLeaderPatroni,
+        FaultKind::StopEtcd,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::KillReplica => "SIGKILL a replica, restart it",
@@ -54,6 +73,10 @@ impl FaultKind {
             Self::ReorgChain => "reorg the chain 2 blocks deep",
             Self::KillRelayer => "SIGKILL the relayer, restart it",
             Self::RelayerCrashedAfterBroadcast => "relayer died between broadcast and record",
+            Self::KillLeaderPostgres => "SIGKILL the leader's PostgreSQL",
+            Self::KillLeaderPatroni => "SIGKILL the leader's Patroni, restart it",
+            Self::Switchover => "switchover to the synchronous standby",
+            Self::StopEtcd => "stop etcd past the leader key's TTL",
         }
     }
 
@@ -61,7 +84,13 @@ impl FaultKind {
     pub fn impairs_database(self) -> bool {
         matches!(
             self,
-            Self::RestartPostgres | Self::TerminateBackends | Self::StallWrites
+            Self::RestartPostgres
+                | Self::TerminateBackends
+                | Self::StallWrites
+                | Self::KillLeaderPostgres
+                | Self::KillLeaderPatroni
+                | Self::Switchover
+                | Self::StopEtcd
         )
     }
 }
@@ -76,7 +105,9 @@ pub struct Fault {
 
 pub struct Injector {
     pub shared: Arc<Shared>,
-    pub postgres: Arc<Postgres>,
+    /// A single server (`RestartPostgres`), or the Patroni cluster of an `--ha` run.
+    pub postgres: Option<Arc<Postgres>>,
+    pub patroni: Option<Arc<Mutex<PatroniCluster>>>,
     pub replicas: Arc<Mutex<Vec<Replica>>>,
     pub database_url: String,
     pub lease: Duration,
@@ -93,10 +124,16 @@ impl Injector {
             if self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            let kind = FaultKind::ROTATION[round % FaultKind::ROTATION.len()];
+            let rotation: &[FaultKind] = if self.patroni.is_some() {
+                &FaultKind::HA_ROTATION
+            } else {
+                &FaultKind::ROTATION
+            };
+            let kind = rotation[round % rotation.len()];
             // The replica a fault hits, chosen before it strikes.
+            let replicas = self.shared.bases.len();
             let replica = match kind {
-                FaultKind::KillReplica | FaultKind::PauseReplica => Some(round % 3),
+                FaultKind::KillReplica | FaultKind::PauseReplica => Some(round % replicas),
                 FaultKind::KillRelayer => self.relayer_replica().await,
                 _ => None,
             };
@@ -104,6 +141,10 @@ impl Injector {
             eprintln!("chaos: {:>6.1}s {}", started.as_secs_f64(), kind.name());
             if let Err(e) = self.inject(kind, replica).await {
                 eprintln!("chaos: fault {kind:?} failed: {e:#}");
+            }
+            // A failover outlasts its trigger: the fault lasts until writes go through again.
+            if self.patroni.is_some() {
+                self.wait_writable().await;
             }
             let ended = self.shared.started.elapsed();
             faults.push(Fault {
@@ -128,8 +169,32 @@ impl Injector {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 self.replicas.lock().await[replica].start().await?;
             }
+            FaultKind::KillLeaderPostgres => {
+                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
+                patroni.lock().await.kill_leader_postgres().await?;
+            }
+            FaultKind::KillLeaderPatroni => {
+                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
+                patroni
+                    .lock()
+                    .await
+                    .kill_leader_patroni(Duration::from_secs(3))
+                    .await?;
+            }
+            FaultKind::Switchover => {
+                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
+                patroni.lock().await.switchover().await?;
+            }
+            FaultKind::StopEtcd => {
+                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
+                patroni
+                    .lock()
+                    .await
+                    .stop_etcd(Duration::from_secs(patroni::TTL + 5))
+                    .await?;
+            }
             FaultKind::RestartPostgres => {
-                let postgres = self.postgres.clone();
+                let postgres = self.postgres.clone().context("no single server")?;
                 tokio::task::spawn_blocking(move || {
                     postgres.stop_immediate()?;
                     std::thread::sleep(Duration::from_secs(2));
@@ -181,6 +246,28 @@ impl Injector {
             }
         }
         Ok(())
+    }
+
+    /// Waits (at most a minute) until a write through the harness's URL commits.
+    async fn wait_writable(&self) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            let wrote = async {
+                let mut conn = PgConnection::connect(&self.database_url).await?;
+                // A transaction id of its own: its commit waits for the synchronous standby.
+                sqlx::query("SELECT txid_current()")
+                    .execute(&mut conn)
+                    .await?;
+                anyhow::Ok(())
+            };
+            if tokio::time::timeout(Duration::from_secs(2), wrote)
+                .await
+                .is_ok_and(|r| r.is_ok())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The replica whose process holds the relayer's lease (its holder starts with its pid).

@@ -8,6 +8,7 @@ mod checker;
 mod client;
 mod cluster;
 mod faults;
+mod patroni;
 mod payer;
 mod receiver;
 
@@ -29,6 +30,7 @@ use crate::{
     client::{Outcome, Shared},
     cluster::{Chain, Postgres, Replica},
     faults::{FaultKind, Injector},
+    patroni::PatroniCluster,
 };
 
 #[derive(Parser, Debug)]
@@ -51,6 +53,17 @@ struct Args {
     /// Where replica logs go.
     #[arg(long, default_value = "target/chaos")]
     out: PathBuf,
+    /// Run on a Patroni cluster (`docs/ha.md`), the replicas reaching it through HAProxy
+    /// (`proxy`) or by a list of its servers in `DATABASE_URL` (`multi-host`); two replicas,
+    /// failover faults.
+    #[arg(long, value_enum)]
+    ha: Option<HaMode>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum HaMode {
+    Proxy,
+    MultiHost,
 }
 
 const LEASE_SECONDS: u64 = 4;
@@ -76,9 +89,34 @@ async fn main() -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&args.out)?;
 
-    let postgres =
-        Arc::new(tokio::task::spawn_blocking(move || Postgres::start_new(args.port)).await??);
-    let database_url = postgres.url("payments_chaos");
+    // `database_url` is the harness's own way in; `replica_url` the replicas'.
+    let (postgres, patroni, database_url, replica_url, admin_url) = match args.ha {
+        None => {
+            let postgres = Arc::new(
+                tokio::task::spawn_blocking(move || Postgres::start_new(args.port)).await??,
+            );
+            let url = postgres.url("payments_chaos");
+            let admin = postgres.url("postgres");
+            (Some(postgres), None, url.clone(), url, admin)
+        }
+        Some(mode) => {
+            let cluster = PatroniCluster::start_new(args.port).await?;
+            let url = cluster.proxy_url("payments_chaos");
+            let replica_url = match mode {
+                HaMode::Proxy => url.clone(),
+                HaMode::MultiHost => cluster.multi_host_url("payments_chaos"),
+            };
+            let admin = cluster.proxy_url("postgres");
+            (
+                None,
+                Some(Arc::new(Mutex::new(cluster))),
+                url,
+                replica_url,
+                admin,
+            )
+        }
+    };
+    let replica_count = if args.ha.is_some() { 2 } else { 3 };
     let status = std::process::Command::new(&api)
         .arg("migrate")
         .env("DATABASE_URL", &database_url)
@@ -98,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     let chain = Arc::new(Mutex::new(chain));
 
     let env = vec![
-        ("DATABASE_URL".to_owned(), database_url.clone()),
+        ("DATABASE_URL".to_owned(), replica_url.clone()),
         (
             "BOOTSTRAP_API_KEYS".to_owned(),
             "merchant-demo=merchant_demo,merchant-other=merchant_other".to_owned(),
@@ -133,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
         ("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "0.1".to_owned()),
     ];
     let mut replicas = Vec::new();
-    for index in 0..3 {
+    for index in 0..replica_count {
         let mut replica = Replica::new(
             index,
             args.port + 1 + index as u16,
@@ -147,8 +185,14 @@ async fn main() -> anyhow::Result<()> {
     let shared = Shared::new(replicas.iter().map(Replica::base).collect());
     let replicas = Arc::new(Mutex::new(replicas));
     println!(
-        "chaos: 3 replicas, {} clients, {} s of load, a fault every {} s (lease {LEASE_SECONDS} s, timeout {REQUEST_TIMEOUT_SECONDS} s)",
-        args.clients, args.duration, args.fault_every
+        "chaos: {replica_count} replicas{}, {} clients, {} s of load, a fault every {} s (lease {LEASE_SECONDS} s, timeout {REQUEST_TIMEOUT_SECONDS} s)",
+        match args.ha {
+            None => String::new(),
+            Some(mode) => format!(" on a Patroni cluster ({mode:?})"),
+        },
+        args.clients,
+        args.duration,
+        args.fault_every
     );
 
     let clients: Vec<_> = (0..args.clients)
@@ -158,6 +202,7 @@ async fn main() -> anyhow::Result<()> {
         Injector {
             shared: shared.clone(),
             postgres: postgres.clone(),
+            patroni: patroni.clone(),
             replicas: replicas.clone(),
             database_url: database_url.clone(),
             lease: Duration::from_secs(LEASE_SECONDS),
@@ -220,6 +265,9 @@ async fn main() -> anyhow::Result<()> {
     let history = shared.history.lock().unwrap().clone();
     let unresolved = shared.unresolved.lock().unwrap().clone();
     summary(&history, &faults, aged, &pool).await?;
+    if args.ha.is_some() {
+        outages(&history, &faults);
+    }
     println!(
         "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned",
         paid.confirmed, paid.submitted, paid.burned
@@ -247,7 +295,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     drop(pool);
-    let mut admin = PgConnection::connect(&postgres.url("postgres")).await?;
+    let mut admin = PgConnection::connect(&admin_url).await?;
     sqlx::query("SELECT 1").execute(&mut admin).await?;
     if verdict.held() {
         println!("\nchaos: every invariant held");
@@ -372,4 +420,66 @@ async fn summary(
         "\nintents: {intents}; aged by the harness: {aged}; expired by the sweepers: {expired}"
     );
     Ok(())
+}
+
+/// How long writes stopped around each failover fault: the longest gap between two successful
+/// write answers from a second before the fault to five after it ended, and the 503s in that
+/// window; p50 and max per kind of fault.
+fn outages(history: &[client::Exchange], faults: &[faults::Fault]) {
+    let mut writes: Vec<Duration> = history
+        .iter()
+        .filter(|e| e.kind.writes())
+        .filter(
+            |e| matches!(e.outcome, Outcome::Answer { status, .. } if (200..300).contains(&status)),
+        )
+        .map(|e| e.ended)
+        .collect();
+    writes.sort();
+    let mut by_kind = std::collections::BTreeMap::<FaultKind, Vec<(Duration, usize)>>::new();
+    for fault in faults
+        .iter()
+        .filter(|f| FaultKind::HA_ROTATION.contains(&f.kind))
+    {
+        let from = fault.started.saturating_sub(Duration::from_secs(1));
+        let to = fault.ended + Duration::from_secs(5);
+        let inside: Vec<Duration> = writes
+            .iter()
+            .copied()
+            .filter(|t| *t >= from && *t <= to)
+            .collect();
+        let mut edges = vec![from];
+        edges.extend(inside);
+        edges.push(to);
+        let gap = edges
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        let unavailable = history
+            .iter()
+            .filter(|e| e.ended >= from && e.ended <= to)
+            .filter(|e| matches!(e.outcome, Outcome::Answer { status: 503, .. }))
+            .count();
+        by_kind
+            .entry(fault.kind)
+            .or_default()
+            .push((gap, unavailable));
+    }
+    println!(
+        "\nwrite outage per fault (longest gap between successful writes; 503s in the window):"
+    );
+    for (kind, mut seen) in by_kind {
+        seen.sort();
+        let p50 = seen[seen.len() / 2].0;
+        let max = seen.last().map(|s| s.0).unwrap_or_default();
+        let refused: Vec<String> = seen.iter().map(|s| s.1.to_string()).collect();
+        println!(
+            "  {:<40} n={} p50 {:.1} s, max {:.1} s; 503s {}",
+            kind.name(),
+            seen.len(),
+            p50.as_secs_f64(),
+            max.as_secs_f64(),
+            refused.join("/")
+        );
+    }
 }
