@@ -9,8 +9,12 @@ use sqlx::{
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
-/// Creates the database if it does not exist, then applies pending migrations.
+/// Creates the database if it does not exist, then applies pending migrations; on the server
+/// that takes writes when `DATABASE_URL` lists several.
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    let servers: super::servers::Servers = database_url.parse()?;
+    let database_url = servers.writable_url().await?;
+    let database_url = database_url.as_str();
     if !Postgres::database_exists(database_url)
         .await
         .context("cannot reach PostgreSQL at DATABASE_URL")?

@@ -21,6 +21,8 @@ pub struct Servers {
 pub struct Server {
     /// `host:port`, for messages.
     pub name: String,
+    /// The URL with this host only, for what takes a URL (creating the database, migrating).
+    pub url: String,
     pub options: PgConnectOptions,
 }
 
@@ -46,7 +48,11 @@ impl FromStr for Servers {
                 };
                 let options = PgConnectOptions::from_str(&single).with_context(invalid)?;
                 let name = format!("{}:{}", options.get_host(), options.get_port());
-                Ok(Server { name, options })
+                Ok(Server {
+                    name,
+                    url: single,
+                    options,
+                })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Self {
@@ -83,6 +89,32 @@ fn take_session_attrs(tail: &str) -> anyhow::Result<(String, bool)> {
         format!("{path}?{}", kept.join("&"))
     };
     Ok((tail, read_write))
+}
+
+impl Servers {
+    /// The URL of the server to write to: the only one, or the first that takes writes (asked
+    /// on its `postgres` database, since the target database may not exist yet).
+    pub async fn writable_url(&self) -> anyhow::Result<String> {
+        if let [only] = self.candidates.as_slice() {
+            return Ok(only.url.clone());
+        }
+        let mut refusals = Vec::new();
+        for server in &self.candidates {
+            let maintenance = server.options.clone().database("postgres");
+            let writable = async {
+                let mut connection = PgConnection::connect_with(&maintenance).await?;
+                let writable = !self.read_write || takes_writes(&mut connection).await?;
+                let _ = connection.close().await;
+                Ok::<_, sqlx::Error>(writable)
+            };
+            match writable.await {
+                Ok(true) => return Ok(server.url.clone()),
+                Ok(false) => refusals.push(format!("{}: does not take writes", server.name)),
+                Err(e) => refusals.push(format!("{}: {e}", server.name)),
+            }
+        }
+        bail!("no server in DATABASE_URL takes writes ({})", refusals.join("; "))
+    }
 }
 
 /// Whether this connection's server takes writes: not a standby in recovery, and not read-only

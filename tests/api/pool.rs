@@ -176,11 +176,12 @@ async fn a_multi_host_url_finds_the_primary_and_follows_it_across_a_failover() {
     let pg = ReplicatedPostgres::start().await;
     let primary_url = ReplicatedPostgres::url(&pg.primary, "postgres");
     let standby_url = ReplicatedPostgres::url(&pg.standby, "postgres");
-    payments_api::db::migrate(&primary_url).await.unwrap();
     let servers = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
         pg.standby.port, pg.primary.port
     );
+    // Migrating passes over the standby too.
+    payments_api::db::migrate(&servers).await.unwrap();
     let app = TestApp::spawn_reaching(&servers, &primary_url, |s| {
         s.sweep_interval = Duration::from_secs(3600)
     })
