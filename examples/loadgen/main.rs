@@ -4,6 +4,7 @@
 //!
 //! Writes `target/bench/results.json` and `target/bench/chart.svg`.
 
+mod retention;
 mod settlement;
 
 use std::{
@@ -54,6 +55,9 @@ struct Args {
     /// Intents confirmed at once in the settlement workload.
     #[arg(long, default_value_t = 100)]
     settlement_intents: usize,
+    /// Idempotency records stored before the retention workload (a fifth of them past retention).
+    #[arg(long, default_value_t = 10_000_000)]
+    stored_keys: u64,
     /// Extra environment for the API, e.g. DB_MAX_CONNECTIONS=32.
     #[arg(long = "api-env", value_parser = parse_env)]
     api_env: Vec<(String, String)>,
@@ -101,6 +105,7 @@ struct Report {
     keyed_vs_unkeyed_latency_at_1_client: Option<f64>,
     webhooks: Option<WebhookReport>,
     settlement: Option<settlement::SettlementReport>,
+    retention: Option<retention::RetentionReport>,
 }
 
 /// Deliveries to a local receiver while `clients` clients create intents (one event each).
@@ -207,6 +212,23 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     drop(server);
+    let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
+    let retention = if wanted("retention") {
+        let (report, measured) = retention::run_retention(
+            &api_bin,
+            &args.server,
+            args.stored_keys,
+            clients,
+            duration,
+            (rps("create_fresh"), rps("replay")),
+            &args.api_env,
+        )
+        .await?;
+        workloads.extend(measured);
+        Some(report)
+    } else {
+        None
+    };
     let settlement = if wanted("settlement") {
         Some(settlement::run(&api_bin, &args.server, args.settlement_intents).await?)
     } else {
@@ -236,6 +258,7 @@ async fn main() -> anyhow::Result<()> {
         keyed_vs_unkeyed_latency_at_1_client: latency_factor,
         webhooks,
         settlement,
+        retention,
         api: workloads,
         reference,
     };
@@ -299,14 +322,18 @@ impl HttpConnection {
 
     /// Sends one request and reads the whole answer; reconnects first if the server closed.
     async fn send(&mut self, request: Request<Full<Bytes>>) -> anyhow::Result<u16> {
+        Ok(self.exchange(request).await?.0)
+    }
+
+    async fn exchange(&mut self, request: Request<Full<Bytes>>) -> anyhow::Result<(u16, Bytes)> {
         if self.sender.is_closed() {
             *self = Self::open(self.addr).await?;
         }
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
         let status = response.status().as_u16();
-        response.into_body().collect().await?;
-        Ok(status)
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
     }
 
     async fn post(&mut self, key: Option<&str>) -> anyhow::Result<u16> {
@@ -325,6 +352,14 @@ impl HttpConnection {
             .request(Method::GET, path)
             .body(Full::new(Bytes::new()))?;
         self.send(request).await
+    }
+
+    async fn get_text(&mut self, path: &str) -> anyhow::Result<String> {
+        let request = self
+            .request(Method::GET, path)
+            .body(Full::new(Bytes::new()))?;
+        let (_, body) = self.exchange(request).await?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
     }
 }
 
@@ -650,6 +685,20 @@ fn print_report(report: &Report) {
             s.blocks_used,
             s.max_payments_per_block,
             s.wall_seconds
+        );
+    }
+    if let Some(r) = &report.retention {
+        println!(
+            "retention: {} records stored ({} past retention): fresh creates {:.0}/s ({} of the empty \
+             database), replays {:.0}/s ({}); the sweeper deleted {:.0}/s, {:.1} x the create rate",
+            r.stored_keys,
+            r.due_keys,
+            r.create_rps,
+            show(r.create_vs_empty),
+            r.replay_rps,
+            show(r.replay_vs_empty),
+            r.deleted_per_second,
+            r.deletion_vs_create
         );
     }
 }

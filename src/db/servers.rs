@@ -113,7 +113,10 @@ impl Servers {
                 Err(e) => refusals.push(format!("{}: {e}", server.name)),
             }
         }
-        bail!("no server in DATABASE_URL takes writes ({})", refusals.join("; "))
+        bail!(
+            "no server in DATABASE_URL takes writes ({})",
+            refusals.join("; ")
+        )
     }
 }
 
