@@ -142,6 +142,12 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOK_RETRY_BASE_SECONDS", default_value_t = 5)]
     pub webhook_retry_base_seconds: u64,
 
+    /// Whether this replica delivers webhooks. `false` for replicas that only serve requests
+    /// while others deliver: delivery competes with requests for CPU, and the events wait in
+    /// PostgreSQL for whichever replica delivers.
+    #[arg(long, env = "WEBHOOK_DELIVERY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_delivery: bool,
+
     /// Accept `http://` webhook endpoints (development only; production endpoints use https).
     #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set)]
     pub webhook_allow_http: bool,
@@ -292,6 +298,8 @@ pub struct WebhookSettings {
     pub disable_after: Duration,
     pub allow_http: bool,
     pub allow_private_networks: bool,
+    /// This replica runs the delivery worker.
+    pub deliver: bool,
 }
 
 impl WebhookSettings {
@@ -361,6 +369,7 @@ impl ServeArgs {
                 disable_after: WebhookSettings::DISABLE_AFTER,
                 allow_http: self.webhook_allow_http,
                 allow_private_networks: self.webhook_allow_private_networks,
+                deliver: self.webhook_delivery,
             },
             settlement: SettlementSettings {
                 chains: parse_chains(self.chains.as_deref().unwrap_or(""))?,

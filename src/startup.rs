@@ -70,14 +70,17 @@ impl Application {
         ));
         let chain_work = settlement::spawn(&self.pool, &self.settlement)?;
         let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
-        let webhooks = tokio::spawn(webhooks::delivery::run(self.pool.clone(), self.webhooks));
+        let webhooks = self
+            .webhooks
+            .deliver
+            .then(|| tokio::spawn(webhooks::delivery::run(self.pool.clone(), self.webhooks)));
         tokio::spawn(report_database(self.pool.clone()));
         serve(self.listener, self.router, self.request_timeout).await;
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
         keeper.abort();
         // A delivery cut short here is sent again once its lease passes.
-        webhooks.abort();
+        webhooks.iter().for_each(|task| task.abort());
         // The listener and relayer keep all their state in PostgreSQL; they resume from it.
         chain_work.iter().for_each(|task| task.abort());
         self.pool.close().await;

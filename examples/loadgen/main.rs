@@ -118,6 +118,9 @@ struct WebhookReport {
     lag_p99_ms: f64,
     /// Fresh creates per second with an endpoint registered, over the same without.
     create_rate_with_endpoint_ratio: Option<f64>,
+    /// The same with the endpoint registered but delivery left to other replicas
+    /// (`WEBHOOK_DELIVERY=false`): what the outbox alone costs a create.
+    create_rate_outbox_only_ratio: Option<f64>,
 }
 
 #[tokio::main]
@@ -212,6 +215,30 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     drop(server);
+    let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
+    // The endpoint stays registered; this replica writes the events and deliveries but leaves
+    // sending them to others.
+    let webhooks = match webhooks {
+        Some(mut report) if wanted("create_fresh_outbox_only") => {
+            let mut env = args.api_env.clone();
+            env.push(("WEBHOOK_DELIVERY".to_owned(), "false".to_owned()));
+            let server = ApiProcess::start(&api_bin, &database_url, &env).await?;
+            let workload = run(
+                &server,
+                "create_fresh_outbox_only",
+                clients,
+                duration,
+                Op::CreateFresh,
+            )
+            .await;
+            report.create_rate_outbox_only_ratio = rps("create_fresh")
+                .filter(|w| *w > 0.0)
+                .map(|w| workload.rps / w);
+            workloads.push(workload);
+            Some(report)
+        }
+        other => other,
+    };
     let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
     let retention = if wanted("retention") {
         let (report, measured) = retention::run_retention(
@@ -662,12 +689,13 @@ fn print_report(report: &Report) {
     if let Some(w) = &report.webhooks {
         println!(
             "webhooks: {} events delivered, {:.0}/s; commit-to-delivery lag p50 {:.1} ms, p99 {:.1} ms; \
-             fresh creates with an endpoint / without = {}",
+             fresh creates with an endpoint / without = {} (delivery on other replicas: {})",
             w.events_delivered,
             w.events_per_second,
             w.lag_p50_ms,
             w.lag_p99_ms,
-            show(w.create_rate_with_endpoint_ratio)
+            show(w.create_rate_with_endpoint_ratio),
+            show(w.create_rate_outbox_only_ratio)
         );
     }
     if let Some(s) = &report.settlement {
@@ -807,6 +835,7 @@ async fn webhook_delivery(
         lag_p50_ms: quantile(0.5),
         lag_p99_ms: quantile(0.99),
         create_rate_with_endpoint_ratio: None,
+        create_rate_outbox_only_ratio: None,
     };
     Ok((workload, report))
 }

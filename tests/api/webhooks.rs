@@ -362,6 +362,38 @@ async fn two_replicas_deliver_every_event_once() {
     assert_eq!((received.len(), ids.len()), (20, 20));
 }
 
+/// `WEBHOOK_DELIVERY=false`: a replica that only serves requests writes its events and leaves
+/// them to a replica that delivers.
+#[tokio::test]
+async fn a_replica_that_does_not_deliver_leaves_its_events_to_one_that_does() {
+    let serving = TestApp::spawn_with(|s| s.webhooks.deliver = false).await;
+    let receiver = Receiver::start(vec![]).await;
+    register(&serving, &receiver.url, None).await;
+    assert_eq!(
+        serving
+            .create_intent(DEMO_TOKEN, None, SEED_BODY)
+            .await
+            .status,
+        201
+    );
+    // Absence has no event to wait for: a delivering worker polls every 250 ms, so two seconds
+    // would have seen several rounds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        receiver.received().is_empty(),
+        "the serving replica sent nothing"
+    );
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM webhook_deliveries")
+        .fetch_one(&serving.db)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 0);
+
+    let _delivering = TestApp::spawn_on(&serving.database_url, |_| {}).await;
+    let received = receiver.wait_for(1).await;
+    assert_eq!(received.len(), 1);
+}
+
 /// The replica sending a delivery is SIGKILLed while the receiver holds the request: once the
 /// lease passes, another replica sends it again, with the same id.
 #[tokio::test]

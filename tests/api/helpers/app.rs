@@ -40,6 +40,7 @@ pub fn test_settings(database_url: &str) -> Settings {
             disable_after: WebhookSettings::DISABLE_AFTER,
             allow_http: true,
             allow_private_networks: true,
+            deliver: true,
         },
         settlement: SettlementSettings::off(),
     }
