@@ -123,8 +123,9 @@ pub async fn run(pool: Pool, interval: Duration, settled_chains: Vec<String>) {
     // better things to do, and the rounds of all replicas spread out.
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Half of each interval at most: a replica working off a backlog still rests between rounds.
-    let mut sweeper = Sweeper::new(settled_chains, interval / 2);
+    // A quarter of each interval at most: a replica working off a backlog leaves most of its
+    // time (and the database's) to requests, and still deletes many times the create rate.
+    let mut sweeper = Sweeper::new(settled_chains, interval / 4);
     loop {
         ticker.tick().await;
         let round = async { sweeper.sweep_once(&mut *pool.acquire().await?).await }.await;

@@ -141,14 +141,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
 
-    let database_url = format!("{}/payments_bench", args.server);
-    let mut admin = PgConnection::connect(&format!("{}/postgres", args.server)).await?;
-    sqlx::query("DROP DATABASE IF EXISTS payments_bench WITH (FORCE)")
-        .execute(&mut admin)
-        .await?;
-    sqlx::query("CREATE DATABASE payments_bench")
-        .execute(&mut admin)
-        .await?;
+    let database_url = empty_database(&args.server, "payments_bench").await?;
 
     let server = ApiProcess::start(&api_bin, &database_url, &args.api_env).await?;
     let mut seeder = HttpConnection::open(server.addr).await?;
@@ -301,6 +294,18 @@ async fn main() -> anyhow::Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+/// Drops and creates `name` on `server`; returns its URL.
+async fn empty_database(server: &str, name: &str) -> anyhow::Result<String> {
+    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await?;
+    Ok(format!("{server}/{name}"))
 }
 
 #[derive(Clone)]
@@ -717,16 +722,18 @@ fn print_report(report: &Report) {
     }
     if let Some(r) = &report.retention {
         println!(
-            "retention: {} records stored ({} past retention): fresh creates {:.0}/s ({} of the empty \
-             database), replays {:.0}/s ({}); the sweeper deleted {:.0}/s, {:.1} x the create rate",
+            "retention: {} records stored, {:.0}/s coming due: fresh creates {:.0}/s ({} of the empty \
+             database), replays {:.0}/s ({}); the sweeper deleted {:.0}/s, {:.1} x the create rate, \
+             {} past retention left at the end",
             r.stored_keys,
-            r.due_keys,
+            r.due_per_second,
             r.create_rps,
             show(r.create_vs_empty),
             r.replay_rps,
             show(r.replay_vs_empty),
             r.deleted_per_second,
-            r.deletion_vs_create
+            r.deletion_vs_create,
+            r.backlog_at_end
         );
     }
 }

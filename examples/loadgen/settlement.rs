@@ -16,7 +16,7 @@ use payments_api::chain::devnet::{self, ANVIL_KEYS};
 use serde::Serialize;
 use sqlx::{Connection as _, PgConnection};
 
-use super::{ApiProcess, BODY, TOKEN};
+use super::{ApiProcess, BODY, TOKEN, empty_database};
 
 pub const CONFIRMATIONS: u64 = 2;
 const BLOCK_SECONDS: u64 = 1;
@@ -81,11 +81,7 @@ fn start_anvil() -> anyhow::Result<(Anvil, String)> {
 pub async fn run(api_bin: &Path, server: &str, intents: usize) -> anyhow::Result<SettlementReport> {
     let (_anvil, rpc_url) = start_anvil()?;
     devnet::set_up(&rpc_url.parse()?).await?;
-    let database_url = format!("{server}/payments_bench_settlement");
-    let mut admin = PgConnection::connect(&format!("{server}/postgres")).await?;
-    sqlx::query("DROP DATABASE IF EXISTS payments_bench_settlement WITH (FORCE)")
-        .execute(&mut admin)
-        .await?;
+    let database_url = empty_database(server, "payments_bench_settlement").await?;
     let env = [
         ("CHAINS".to_owned(), format!("evm:31337={rpc_url}")),
         ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
