@@ -794,7 +794,8 @@ fn paid_only_by_a_confirmed_exact_transfer(stored: &Stored, _: &Inputs) -> Row {
 }
 
 /// Every confirmed use of an intent's nonce is reflected exactly once: a payment as the intent's
-/// settlement, one ledger entry and one event; any other use as `failed: nonce_used_otherwise`.
+/// settlement, one ledger entry and one event; any other use as `failed: nonce_used_otherwise`,
+/// or not at all on an intent already canceled.
 fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
     let wrong = stored
         .chain
@@ -805,8 +806,17 @@ fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
                 return true;
             };
             if !pays {
-                return !(intent.state == "failed"
-                    && intent.failure_reason.as_deref() == Some("nonce_used_otherwise"));
+                // A canceled intent is final: a burn of its nonce leaves it as it is.
+                let reflected = (intent.state == "failed"
+                    && intent.failure_reason.as_deref() == Some("nonce_used_otherwise"))
+                    || (intent.state == "canceled" && intent.settled_by.is_none());
+                if !reflected {
+                    eprintln!(
+                        "checker: nonce burned by {tx}#{index} for {merchant}/{id}: intent {} ({:?})",
+                        intent.state, intent.failure_reason
+                    );
+                }
+                return !reflected;
             }
             let booked = stored
                 .ledger
@@ -824,7 +834,15 @@ fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
                         )
                 })
                 .count();
-            !(intent.settled_by.as_deref() == Some(tx.as_str()) && booked && announced == 1)
+            let reflected =
+                intent.settled_by.as_deref() == Some(tx.as_str()) && booked && announced == 1;
+            if !reflected {
+                eprintln!(
+                    "checker: payment {tx}#{index} of {merchant}/{id}: intent {} (settled by {:?}), booked {booked}, {announced} payment event(s)",
+                    intent.state, intent.settled_by
+                );
+            }
+            !reflected
         })
         .count();
     let payments = stored.chain.nonce_uses.iter().filter(|u| u.4).count();
