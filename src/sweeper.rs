@@ -29,7 +29,7 @@ pub struct SweepReport {
     pub events_deleted: u64,
 }
 
-/// The three sweeps, and the batch size each has learned.
+/// The three sweeps a round runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sweep {
     ExpireIntents,
