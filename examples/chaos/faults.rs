@@ -170,24 +170,20 @@ impl Injector {
                 self.replicas.lock().await[replica].start().await?;
             }
             FaultKind::KillLeaderPostgres => {
-                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
-                patroni.lock().await.kill_leader_postgres().await?;
+                self.patroni()?.lock().await.kill_leader_postgres().await?;
             }
             FaultKind::KillLeaderPatroni => {
-                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
-                patroni
+                self.patroni()?
                     .lock()
                     .await
                     .kill_leader_patroni(Duration::from_secs(3))
                     .await?;
             }
             FaultKind::Switchover => {
-                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
-                patroni.lock().await.switchover().await?;
+                self.patroni()?.lock().await.switchover().await?;
             }
             FaultKind::StopEtcd => {
-                let patroni = self.patroni.as_ref().context("no Patroni cluster")?;
-                patroni
+                self.patroni()?
                     .lock()
                     .await
                     .stop_etcd(Duration::from_secs(patroni::TTL + 5))
@@ -246,6 +242,12 @@ impl Injector {
             }
         }
         Ok(())
+    }
+
+    fn patroni(&self) -> anyhow::Result<&Arc<Mutex<PatroniCluster>>> {
+        self.patroni
+            .as_ref()
+            .context("no Patroni cluster in this run")
     }
 
     /// Waits (at most a minute) until a write through the harness's URL commits.

@@ -470,7 +470,7 @@ fn outages(history: &[client::Exchange], faults: &[faults::Fault]) {
     );
     for (kind, mut seen) in by_kind {
         seen.sort();
-        let p50 = seen[seen.len() / 2].0;
+        let p50 = seen[(seen.len() - 1) / 2].0;
         let max = seen.last().map(|s| s.0).unwrap_or_default();
         let refused: Vec<String> = seen.iter().map(|s| s.1.to_string()).collect();
         println!(

@@ -13,7 +13,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::cluster::run;
+use crate::cluster::{is_root, run};
 
 /// Patroni's timing: a leader that stops renewing its key loses it after `TTL` seconds.
 pub const TTL: u64 = 10;
@@ -407,7 +407,7 @@ pub struct Member {
 
 /// The postgres user's ids when running as root (Patroni's initdb refuses root), else None.
 fn postgres_owner() -> anyhow::Result<Option<(u32, u32)>> {
-    if current_uid() != 0 {
+    if !is_root() {
         return Ok(None);
     }
     let id = |flag: &str| -> anyhow::Result<u32> {
@@ -415,16 +415,6 @@ fn postgres_owner() -> anyhow::Result<Option<(u32, u32)>> {
         Ok(String::from_utf8(out.stdout)?.trim().parse()?)
     };
     Ok(Some((id("-u")?, id("-g")?)))
-}
-
-fn current_uid() -> u32 {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn which(tool: &str) -> Option<PathBuf> {

@@ -208,7 +208,9 @@ async fn main() -> anyhow::Result<()> {
         _ => None,
     };
     drop(server);
+    // The empty database's rates, the baselines of the workloads below.
     let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
+    let (empty_create, empty_replay) = (rps("create_fresh"), rps("replay"));
     // The endpoint stays registered; this replica writes the events and deliveries but leaves
     // sending them to others.
     let webhooks = match webhooks {
@@ -224,15 +226,13 @@ async fn main() -> anyhow::Result<()> {
                 Op::CreateFresh,
             )
             .await;
-            report.create_rate_outbox_only_ratio = rps("create_fresh")
-                .filter(|w| *w > 0.0)
-                .map(|w| workload.rps / w);
+            report.create_rate_outbox_only_ratio =
+                empty_create.filter(|w| *w > 0.0).map(|w| workload.rps / w);
             workloads.push(workload);
             Some(report)
         }
         other => other,
     };
-    let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
     let retention = if wanted("retention") {
         let (report, measured) = retention::run_retention(
             &api_bin,
@@ -240,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
             args.stored_keys,
             clients,
             duration,
-            (rps("create_fresh"), rps("replay")),
+            (empty_create, empty_replay),
             &args.api_env,
         )
         .await?;

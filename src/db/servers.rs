@@ -100,17 +100,16 @@ impl Servers {
         }
         let mut refusals = Vec::new();
         for server in &self.candidates {
-            let maintenance = server.options.clone().database("postgres");
-            let writable = async {
-                let mut connection = PgConnection::connect_with(&maintenance).await?;
-                let writable = !self.read_write || takes_writes(&mut connection).await?;
-                let _ = connection.close().await;
-                Ok::<_, sqlx::Error>(writable)
+            let maintenance = Server {
+                options: server.options.clone().database("postgres"),
+                ..server.clone()
             };
-            match writable.await {
-                Ok(true) => return Ok(server.url.clone()),
-                Ok(false) => refusals.push(format!("{}: does not take writes", server.name)),
-                Err(e) => refusals.push(format!("{}: {e}", server.name)),
+            match open(&maintenance, self.read_write).await {
+                Ok(connection) => {
+                    let _ = connection.close().await;
+                    return Ok(server.url.clone());
+                }
+                Err(e) => refusals.push(e.to_string()),
             }
         }
         bail!(
