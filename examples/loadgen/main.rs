@@ -4,6 +4,7 @@
 //!
 //! Writes `target/bench/results.json` and `target/bench/chart.svg`.
 
+mod endpoint_cost;
 mod retention;
 mod settlement;
 
@@ -104,6 +105,7 @@ struct Report {
     plain_ratio: Option<f64>,
     keyed_vs_unkeyed_latency_at_1_client: Option<f64>,
     webhooks: Option<WebhookReport>,
+    endpoint_cost: Option<endpoint_cost::EndpointCostReport>,
     settlement: Option<settlement::SettlementReport>,
     retention: Option<retention::RetentionReport>,
 }
@@ -116,11 +118,6 @@ struct WebhookReport {
     /// From the commit of a change (its event's `created_at`) to the receiver's first sight of it.
     lag_p50_ms: f64,
     lag_p99_ms: f64,
-    /// Fresh creates per second with an endpoint registered, over the same without.
-    create_rate_with_endpoint_ratio: Option<f64>,
-    /// The same with the endpoint registered but delivery left to other replicas
-    /// (`WEBHOOK_DELIVERY=false`): what the outbox alone costs a create.
-    create_rate_outbox_only_ratio: Option<f64>,
 }
 
 #[tokio::main]
@@ -186,19 +183,12 @@ async fn main() -> anyhow::Result<()> {
         };
         workloads.push(run(&server, name, clients, duration, op).await);
     }
+    let receiver = Receiver::start().await?;
     let webhooks = if wanted("create_fresh_webhook") {
         let (workload, report) =
-            webhook_delivery(&server, &database_url, clients, duration).await?;
-        let without = workloads
-            .iter()
-            .find(|w| w.name == "create_fresh")
-            .map(|w| w.rps);
-        let with = workload.rps;
+            webhook_delivery(&server, &database_url, &receiver, clients, duration).await?;
         workloads.push(workload);
-        Some(WebhookReport {
-            create_rate_with_endpoint_ratio: without.filter(|w| *w > 0.0).map(|w| with / w),
-            ..report
-        })
+        Some(report)
     } else {
         None
     };
@@ -211,27 +201,16 @@ async fn main() -> anyhow::Result<()> {
     // The empty database's rates, the baselines of the workloads below.
     let rps = |name: &str| workloads.iter().find(|w| w.name == name).map(|w| w.rps);
     let (empty_create, empty_replay) = (rps("create_fresh"), rps("replay"));
-    // The endpoint stays registered; this replica writes the events and deliveries but leaves
-    // sending them to others.
-    let webhooks = match webhooks {
-        Some(mut report) if wanted("create_fresh_outbox_only") => {
-            let mut env = args.api_env.clone();
-            env.push(("WEBHOOK_DELIVERY".to_owned(), "false".to_owned()));
-            let server = ApiProcess::start(&api_bin, &database_url, &env).await?;
-            let workload = run(
-                &server,
-                "create_fresh_outbox_only",
-                clients,
-                duration,
-                Op::CreateFresh,
-            )
-            .await;
-            report.create_rate_outbox_only_ratio =
-                empty_create.filter(|w| *w > 0.0).map(|w| workload.rps / w);
-            workloads.push(workload);
-            Some(report)
-        }
-        other => other,
+    let endpoint_cost = if wanted("endpoint_cost") {
+        let on = endpoint_cost::Database {
+            api_bin: &api_bin,
+            url: &database_url,
+            api_env: &args.api_env,
+            receiver_url: &receiver.url,
+        };
+        Some(endpoint_cost::measure(&on, clients, duration).await?)
+    } else {
+        None
     };
     let retention = if wanted("retention") {
         let (report, measured) = retention::run_retention(
@@ -277,6 +256,7 @@ async fn main() -> anyhow::Result<()> {
         plain_ratio: ratio("create_fresh", "plain"),
         keyed_vs_unkeyed_latency_at_1_client: latency_factor,
         webhooks,
+        endpoint_cost,
         settlement,
         retention,
         api: workloads,
@@ -693,15 +673,30 @@ fn print_report(report: &Report) {
     );
     if let Some(w) = &report.webhooks {
         println!(
-            "webhooks: {} events delivered, {:.0}/s; commit-to-delivery lag p50 {:.1} ms, p99 {:.1} ms; \
-             fresh creates with an endpoint / without = {} (delivery on other replicas: {})",
-            w.events_delivered,
-            w.events_per_second,
-            w.lag_p50_ms,
-            w.lag_p99_ms,
-            show(w.create_rate_with_endpoint_ratio),
-            show(w.create_rate_outbox_only_ratio)
+            "webhooks: {} events delivered, {:.0}/s; commit-to-delivery lag p50 {:.1} ms, p99 {:.1} ms",
+            w.events_delivered, w.events_per_second, w.lag_p50_ms, w.lag_p99_ms,
         );
+    }
+    if let Some(c) = &report.endpoint_cost {
+        for (what, cost) in [
+            ("delivery on other replicas", &c.delivery_elsewhere),
+            ("delivery on the same replica", &c.same_replica_delivers),
+        ] {
+            let rounds: Vec<String> = cost
+                .rounds
+                .iter()
+                .map(|(without, with)| format!("{with:.0}/{without:.0}"))
+                .collect();
+            println!(
+                "fresh creates with an endpoint / without, {what}: median {:.2} of {} rounds \
+                 (range {:.2}-{:.2}; with/without req/s: {})",
+                cost.median_ratio,
+                cost.rounds.len(),
+                cost.min_ratio,
+                cost.max_ratio,
+                rounds.join(", ")
+            );
+        }
     }
     if let Some(s) = &report.settlement {
         println!(
@@ -738,42 +733,56 @@ fn print_report(report: &Report) {
     }
 }
 
-/// Registers an endpoint at a receiver of our own, creates fresh intents for `duration` (each
-/// change is one event to deliver), waits until every delivery is done, and measures the rate and
-/// the lag from each change's commit to its arrival.
+/// A webhook receiver of our own on this machine: answers 200 to anything and notes when each
+/// `webhook-id` arrived.
+struct Receiver {
+    url: String,
+    arrivals: Arrivals,
+}
+
+type Arrivals = Arc<std::sync::Mutex<Vec<(String, time::OffsetDateTime)>>>;
+
+impl Receiver {
+    async fn start() -> anyhow::Result<Self> {
+        use axum::{extract::State, http::HeaderMap};
+        async fn receive(State(arrivals): State<Arrivals>, headers: HeaderMap) -> &'static str {
+            let id = headers
+                .get("webhook-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let now = time::OffsetDateTime::now_utc();
+            arrivals.lock().expect("not poisoned").push((id, now));
+            ""
+        }
+        let arrivals = Arrivals::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/hooks", listener.local_addr()?);
+        let app = axum::Router::new()
+            .fallback(receive)
+            .with_state(arrivals.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { url, arrivals })
+    }
+}
+
+/// Registers an endpoint at the receiver, creates fresh intents for `duration` (each change is
+/// one event to deliver), waits until every delivery is done, and measures the rate and the lag
+/// from each change's commit to its arrival. The endpoint is gone again at the end.
 async fn webhook_delivery(
     server: &ApiProcess,
     database_url: &str,
+    receiver: &Receiver,
     clients: usize,
     duration: Duration,
 ) -> anyhow::Result<(Workload, WebhookReport)> {
-    use axum::{extract::State, http::HeaderMap};
-    type Arrivals = Arc<std::sync::Mutex<Vec<(String, time::OffsetDateTime)>>>;
-    async fn receive(State(arrivals): State<Arrivals>, headers: HeaderMap) -> &'static str {
-        let id = headers
-            .get("webhook-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let now = time::OffsetDateTime::now_utc();
-        arrivals.lock().expect("not poisoned").push((id, now));
-        ""
-    }
-    let arrivals = Arrivals::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/hooks", listener.local_addr()?);
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(arrivals.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
     let mut db = PgConnection::connect(database_url).await?;
     sqlx::query(
         "INSERT INTO webhook_endpoints (merchant_id, id, url, secret) \
          VALUES ('merchant_demo', 'we_0000000000000000000000be', $1, \
                  'whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=')",
     )
-    .bind(&url)
+    .bind(&receiver.url)
     .execute(&mut db)
     .await?;
     let workload = run(
@@ -784,23 +793,7 @@ async fn webhook_delivery(
         Op::CreateFresh,
     )
     .await;
-
-    eprintln!("loadgen: waiting for every webhook to be delivered");
-    let drained = Instant::now();
-    loop {
-        let pending: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'")
-                .fetch_one(&mut db)
-                .await?;
-        if pending == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            drained.elapsed() < Duration::from_secs(300),
-            "{pending} webhooks still undelivered after 300 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    endpoint_cost::wait_until_delivered(&mut db).await?;
     let committed: std::collections::HashMap<String, time::OffsetDateTime> = sqlx::query_as(
         "SELECT e.id, e.created_at FROM events e JOIN webhook_deliveries d \
              ON d.merchant_id = e.merchant_id AND d.event_id = e.id",
@@ -809,7 +802,10 @@ async fn webhook_delivery(
     .await?
     .into_iter()
     .collect();
-    let arrivals = arrivals.lock().expect("not poisoned").clone();
+    sqlx::query("DELETE FROM webhook_endpoints WHERE id = 'we_0000000000000000000000be'")
+        .execute(&mut db)
+        .await?;
+    let arrivals = receiver.arrivals.lock().expect("not poisoned").clone();
     let mut first_seen: std::collections::HashMap<&str, time::OffsetDateTime> =
         std::collections::HashMap::new();
     for (id, at) in &arrivals {
@@ -841,8 +837,6 @@ async fn webhook_delivery(
         },
         lag_p50_ms: quantile(0.5),
         lag_p99_ms: quantile(0.99),
-        create_rate_with_endpoint_ratio: None,
-        create_rate_outbox_only_ratio: None,
     };
     Ok((workload, report))
 }

@@ -15,6 +15,7 @@ use std::{
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use serde_json::value::RawValue;
+use sqlx::{Connection, PgConnection, Postgres};
 use time::OffsetDateTime;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -111,20 +112,31 @@ pub async fn run(pool: Pool, settings: WebhookSettings) {
 }
 
 /// Takes up to `wanted` due deliveries and leases them.
+///
+/// The due index is walked in order and the walk stops after `wanted` rows, whatever the
+/// statistics say: a queue table's statistics are always stale (it empties and fills between two
+/// `ANALYZE`s), and with too few pending rows in them the planner prefers a bitmap scan that reads
+/// every pending row, and every dead index entry left by earlier leases, to sort them all for the
+/// first few (`docs/design.md`, "Events and webhooks"). A plain index scan also marks the dead
+/// entries it meets, so later walks skip them.
 async fn claim(
     pool: &Pool,
     settings: &WebhookSettings,
     wanted: usize,
 ) -> Result<Vec<Due>, sqlx::Error> {
     let lease = settings.timeout + LEASE_MARGIN;
-    sqlx::query_as!(
+    let mut connection = pool.acquire().await?;
+    let mut tx = planned_for_the_queue_as_it_is(&mut connection).await?;
+    let due = sqlx::query_as!(
         Due,
         r#"
         WITH due AS (
             SELECT d.merchant_id, d.event_id, d.endpoint_id
               FROM webhook_deliveries d
-              JOIN webhook_endpoints w ON w.merchant_id = d.merchant_id AND w.id = d.endpoint_id
-             WHERE d.state = 'pending' AND d.next_attempt_at <= now() AND w.disabled_at IS NULL
+             WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+               -- A subquery, not a join: the walk stays on the due index in its order.
+               AND (SELECT w.disabled_at IS NULL FROM webhook_endpoints w
+                     WHERE w.merchant_id = d.merchant_id AND w.id = d.endpoint_id)
              ORDER BY d.next_attempt_at
              LIMIT $1
                FOR UPDATE OF d SKIP LOCKED
@@ -148,8 +160,29 @@ async fn claim(
         wanted as i64,
         lease.as_secs_f64(),
     )
-    .fetch_all(&mut *pool.acquire().await?)
-    .await
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(due)
+}
+
+/// A transaction whose statements are planned for the delivery queue as it is now, with their
+/// parameters: a prepared statement's generic plan, made once while the table was small, would
+/// otherwise stay on that connection as the table grows (a sequential scan per batch), and the
+/// planner would pick a bitmap scan over the due index for a claim (see [`claim`]).
+async fn planned_for_the_queue_as_it_is(
+    connection: &mut PgConnection,
+) -> Result<sqlx::Transaction<'_, Postgres>, sqlx::Error> {
+    let mut tx = connection.begin().await?;
+    sqlx::query!(
+        r#"
+        SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS "plan_cache_mode!",
+               set_config('enable_bitmapscan', 'off', true) AS "enable_bitmapscan!"
+        "#
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(tx)
 }
 
 /// How one attempt went.
@@ -289,6 +322,11 @@ fn retry_delay(settings: &WebhookSettings, attempts: i32) -> Duration {
 /// Records finished attempts, then ends each delivery (a 2xx, or retries exhausted) or schedules
 /// its next try, and keeps each endpoint's failure clock, disabling it after failing long enough.
 /// A record from a lease that already passed to another replica leaves the delivery to that one.
+///
+/// The deliveries are found by their primary key: an unfinished one is told by `finished_at IS
+/// NULL` (set exactly when the state leaves `pending`) rather than by its state, which would let
+/// the planner read the whole due index instead. Deliveries to an endpoint that is disabled wait
+/// at the end of time, out of the claim's way.
 async fn record(
     pool: &Pool,
     settings: &WebhookSettings,
@@ -314,7 +352,9 @@ async fn record(
         .iter()
         .map(|f| retry_delay(settings, f.due.attempts).as_secs_f64())
         .collect();
-    sqlx::query!(
+    let mut connection = pool.acquire().await?;
+    let mut tx = planned_for_the_queue_as_it_is(&mut connection).await?;
+    let endpoints = sqlx::query!(
         r#"
         WITH finished AS (
             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[],
@@ -335,10 +375,14 @@ async fn record(
                    finished_at = CASE WHEN f.delivered OR d.created_at <= now() - make_interval(secs => $11)
                                       THEN now() END,
                    next_attempt_at = CASE WHEN f.delivered THEN d.next_attempt_at
+                                          WHEN (SELECT w.disabled_at IS NOT NULL FROM webhook_endpoints w
+                                                 WHERE w.merchant_id = d.merchant_id AND w.id = d.endpoint_id)
+                                          THEN 'infinity'
                                           ELSE now() + make_interval(secs => f.retry_in) END
               FROM finished f
              WHERE d.merchant_id = f.merchant_id AND d.event_id = f.event_id
-               AND d.endpoint_id = f.endpoint_id AND d.attempts = f.attempt AND d.state = 'pending'
+               AND d.endpoint_id = f.endpoint_id AND d.attempts = f.attempt
+               AND d.finished_at IS NULL
         ), endpoints AS (
             SELECT merchant_id, endpoint_id, bool_or(delivered) AS answered
               FROM finished GROUP BY merchant_id, endpoint_id
@@ -352,6 +396,8 @@ async fn record(
          WHERE w.merchant_id = e.merchant_id AND w.id = e.endpoint_id
            -- An endpoint that keeps answering is not rewritten on every batch.
            AND NOT (e.answered AND w.failing_since IS NULL)
+        -- Disabled by this statement: its timestamp is this transaction's.
+        RETURNING w.merchant_id, w.id, COALESCE(w.disabled_at = now(), false) AS "disabled_now!"
         "#,
         &merchants,
         &events,
@@ -366,18 +412,31 @@ async fn record(
         settings.retry_for.as_secs_f64(),
         settings.disable_after.as_secs_f64(),
     )
-    .execute(&mut *pool.acquire().await?)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(())
+    for endpoint in endpoints.into_iter().filter(|e| e.disabled_now) {
+        sqlx::query!(
+            r#"
+            UPDATE webhook_deliveries SET next_attempt_at = 'infinity'
+             WHERE merchant_id = $1 AND endpoint_id = $2 AND finished_at IS NULL
+            "#,
+            endpoint.merchant_id,
+            endpoint.id,
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
 }
 
-/// Sets the queue gauges: how many deliveries wait, and for how long the oldest has.
+/// Sets the queue gauges: how many deliveries wait, and for how long the oldest has. Deliveries to
+/// a disabled endpoint are not counted: they wait for no worker, and would hold the age up forever.
 async fn report_queue(pool: &Pool) -> Result<(), sqlx::Error> {
     let queue = sqlx::query!(
         r#"
         SELECT count(*) AS "depth!",
                COALESCE(extract(epoch FROM now() - min(created_at)), 0)::float8 AS "oldest_seconds!"
-          FROM webhook_deliveries WHERE state = 'pending'
+          FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <> 'infinity'
         "#
     )
     .fetch_one(&mut *pool.acquire().await?)

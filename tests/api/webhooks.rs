@@ -318,7 +318,9 @@ async fn an_endpoint_failing_for_the_configured_period_is_disabled() {
     let receiver = Receiver::start(vec![Reply::Status(503); 100]).await;
     let endpoint = register(&app, &receiver.url, None).await;
     let id = endpoint.json()["id"].as_str().unwrap().to_owned();
-    app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    for _ in 0..3 {
+        app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    }
     app.wait_until(
         "the endpoint is disabled",
         &format!("SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE id = '{id}'"),
@@ -330,6 +332,22 @@ async fn an_endpoint_failing_for_the_configured_period_is_disabled() {
         .json();
     assert_eq!(shown["state"], "disabled");
     assert!(shown["disabled_at"].is_string());
+    // Its deliveries wait, out of the way of every other endpoint's: never due again.
+    app.wait_until(
+        "the disabled endpoint's deliveries wait at the end of time",
+        &format!(
+            "SELECT bool_and(state = 'pending' AND next_attempt_at = 'infinity') \
+               FROM webhook_deliveries WHERE endpoint_id = '{id}'"
+        ),
+    )
+    .await;
+    let waiting: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = '{id}'"
+    ))
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 3);
 }
 
 /// Two replicas share the queue with SKIP LOCKED and leases: every event arrives, none twice.
