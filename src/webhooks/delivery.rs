@@ -111,14 +111,8 @@ pub async fn run(pool: Pool, settings: WebhookSettings) {
     }
 }
 
-/// Takes up to `wanted` due deliveries and leases them.
-///
-/// The due index is walked in order and the walk stops after `wanted` rows, whatever the
-/// statistics say: a queue table's statistics are always stale (it empties and fills between two
-/// `ANALYZE`s), and with too few pending rows in them the planner prefers a bitmap scan that reads
-/// every pending row, and every dead index entry left by earlier leases, to sort them all for the
-/// first few (`docs/design.md`, "Events and webhooks"). A plain index scan also marks the dead
-/// entries it meets, so later walks skip them.
+/// Takes up to `wanted` due deliveries and leases them, walking the due index in order and
+/// stopping there (`docs/design.md`, "Plans a queue can rely on").
 async fn claim(
     pool: &Pool,
     settings: &WebhookSettings,
@@ -166,10 +160,8 @@ async fn claim(
     Ok(due)
 }
 
-/// A transaction whose statements are planned for the delivery queue as it is now, with their
-/// parameters: a prepared statement's generic plan, made once while the table was small, would
-/// otherwise stay on that connection as the table grows (a sequential scan per batch), and the
-/// planner would pick a bitmap scan over the due index for a claim (see [`claim`]).
+/// A transaction whose statements are planned for the queue as it is now: custom plans, no bitmap
+/// scans, whatever its always-stale statistics say (`docs/design.md`, "Plans a queue can rely on").
 async fn planned_for_the_queue_as_it_is(
     connection: &mut PgConnection,
 ) -> Result<sqlx::Transaction<'_, Postgres>, sqlx::Error> {
@@ -322,11 +314,8 @@ fn retry_delay(settings: &WebhookSettings, attempts: i32) -> Duration {
 /// Records finished attempts, then ends each delivery (a 2xx, or retries exhausted) or schedules
 /// its next try, and keeps each endpoint's failure clock, disabling it after failing long enough.
 /// A record from a lease that already passed to another replica leaves the delivery to that one.
-///
-/// The deliveries are found by their primary key: an unfinished one is told by `finished_at IS
-/// NULL` (set exactly when the state leaves `pending`) rather than by its state, which would let
-/// the planner read the whole due index instead. Deliveries to an endpoint that is disabled wait
-/// at the end of time, out of the claim's way.
+/// Deliveries are reached by primary key (`finished_at IS NULL` tells an unfinished one, so the
+/// due index is no candidate); those to a disabled endpoint are parked at `'infinity'`.
 async fn record(
     pool: &Pool,
     settings: &WebhookSettings,
