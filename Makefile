@@ -11,7 +11,7 @@ export DATABASE_URL BOOTSTRAP_API_KEYS SQLX_OFFLINE
 .PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 api-run: ## serve on :8080 against the local PostgreSQL (creates and migrates the database)
 	cargo run --bin payments-api -- serve --migrate
@@ -31,10 +31,11 @@ contracts: chain-tools ## rebuild contracts/build/DevnetUSD.json from contracts/
 contracts-check: chain-tools ## fail if the committed token artifact differs from a fresh build
 	node contracts/build.js --check
 
-lint: migrate ## rustfmt, clippy and the committed sqlx metadata (against a migrated DATABASE_URL)
+lint: migrate ## rustfmt, clippy, the committed sqlx metadata (against a migrated DATABASE_URL), feature unification
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	SQLX_OFFLINE=false cargo sqlx prepare --check -- --all-targets
+	bash scripts/check-features.sh
 
 migrate: ## apply migrations with sqlx-cli (cargo install sqlx-cli --version '~0.8')
 	sqlx database create

@@ -1,7 +1,13 @@
 //! Bearer-token authentication (`docs/api.md`, "Authentication"). Tokens are stored only as SHA-256 hashes and looked up by
 //! hash, so no secret is ever compared byte by byte and a leaked table reveals no usable token.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use axum::{
     extract::{Request, State},
@@ -12,7 +18,12 @@ use axum::{
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::{db::Pool, error::ApiError, idempotency::Scope};
+use crate::{
+    db::{Failure, Pool},
+    error::ApiError,
+    idempotency::Scope,
+    workers::Outage,
+};
 
 /// The merchant account a request is authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,13 +124,65 @@ pub async fn require_merchant(
     }
 }
 
-/// Upserts `(token, merchant)` pairs, e.g. from `BOOTSTRAP_API_KEYS`.
-pub async fn bootstrap(pool: &Pool, keys: &[(String, String)]) -> anyhow::Result<()> {
-    for (token, merchant) in keys {
-        let merchant = MerchantId::parse(merchant)?;
-        insert(pool, token, &merchant).await?;
+/// The keys of `BOOTSTRAP_API_KEYS`, stored at start-up or, when the database is not there yet
+/// (missing, not migrated, down), as soon as it is: `serve` stays up meanwhile and `/readyz` says
+/// why it is not ready.
+#[derive(Clone)]
+pub struct Bootstrap {
+    keys: Arc<Vec<(String, MerchantId)>>,
+    stored: Arc<AtomicBool>,
+}
+
+impl Bootstrap {
+    /// Parses `(token, merchant)` pairs; a bad merchant id is a configuration error.
+    pub fn new(keys: &[(String, String)]) -> anyhow::Result<Self> {
+        let keys = keys
+            .iter()
+            .map(|(token, merchant)| Ok((token.clone(), MerchantId::parse(merchant)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self {
+            stored: Arc::new(AtomicBool::new(keys.is_empty())),
+            keys: Arc::new(keys),
+        })
     }
-    Ok(())
+
+    /// Whether every key is stored.
+    pub fn is_done(&self) -> bool {
+        self.stored.load(Ordering::Acquire)
+    }
+
+    /// Upserts every key once; later calls do nothing.
+    pub async fn store(&self, pool: &Pool) -> Result<(), sqlx::Error> {
+        if self.is_done() {
+            return Ok(());
+        }
+        for (token, merchant) in self.keys.iter() {
+            insert(pool, token, merchant).await?;
+        }
+        self.stored.store(true, Ordering::Release);
+        tracing::info!(keys = self.keys.len(), "stored BOOTSTRAP_API_KEYS");
+        Ok(())
+    }
+
+    /// Stores the keys once the database lets it, retrying with backoff; a failure no retry fixes
+    /// is logged and ends the task (requests with those keys keep getting 401).
+    pub async fn store_when_possible(self, pool: Pool) {
+        let mut outage = Outage::new("BOOTSTRAP_API_KEYS", Duration::from_millis(500));
+        loop {
+            match self.store(&pool).await {
+                Ok(()) => return,
+                Err(e) if Failure::of(&e).is_transient() => {
+                    let advice = crate::db::advice(&e)
+                        .unwrap_or("the keys are stored once the database answers");
+                    tokio::time::sleep(outage.failed(&e, Some(advice))).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot store BOOTSTRAP_API_KEYS");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A new random token (256 bits) for a merchant; only its hash is stored.
@@ -131,7 +194,7 @@ pub async fn create(pool: &Pool, merchant: &MerchantId) -> anyhow::Result<String
     Ok(token)
 }
 
-async fn insert(pool: &Pool, token: &str, merchant: &MerchantId) -> anyhow::Result<()> {
+async fn insert(pool: &Pool, token: &str, merchant: &MerchantId) -> Result<(), sqlx::Error> {
     let hash = token_hash(token);
     sqlx::query!(
         r#"

@@ -30,10 +30,12 @@ pub async fn enforce(
 ) -> Response {
     let deadline = Instant::now() + timeout;
     request.extensions_mut().insert(Deadline(deadline));
+    let keyed = request.headers().contains_key("idempotency-key");
     match tokio::time::timeout_at(deadline + ANSWER_MARGIN, next.run(request)).await {
         Ok(response) => response,
         Err(_) => ApiError::Timeout {
             seconds: timeout.as_secs(),
+            keyed,
         }
         .into_response(),
     }

@@ -64,9 +64,10 @@ pub enum ApiError {
         cause: sqlx::Error,
     },
     #[error(
-        "the request did not finish within {seconds} s; whether it was applied is unknown: retry with the same Idempotency-Key to learn the outcome"
+        "the request did not finish within {seconds} s and whether it was applied is unknown: {}",
+        retry_advice(*keyed)
     )]
-    Timeout { seconds: u64 },
+    Timeout { seconds: u64, keyed: bool },
     /// The client did not send its whole body within the request timeout.
     #[error("the request body did not arrive within {seconds} s")]
     BodyTimeout { seconds: u64 },
@@ -76,9 +77,21 @@ pub enum ApiError {
     /// The intent's token does not implement EIP-3009, so it cannot be paid by authorization.
     #[error("{0}")]
     TokenNotSupported(String),
+    /// The intent names a chain this server is not configured to settle (`CHAINS`).
+    #[error("{0}")]
+    ChainNotSettled(String),
     /// The chain's node did not answer what this request needs from it; nothing was changed.
     #[error("{0}")]
     ChainUnavailable(String),
+}
+
+/// What a client whose request timed out should do, with or without an Idempotency-Key.
+fn retry_advice(keyed: bool) -> &'static str {
+    if keyed {
+        "retry with the same Idempotency-Key to learn the outcome"
+    } else {
+        "check before sending it again (an Idempotency-Key makes retries safe)"
+    }
 }
 
 /// The body of every error response.
@@ -148,6 +161,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             Self::TokenNotSupported(_) => "token_not_supported",
+            Self::ChainNotSettled(_) => "chain_not_settled",
             Self::Internal(_) => "internal_error",
             _ if self.is_database_bug() => "internal_error",
             Self::Database(_)
@@ -171,9 +185,9 @@ impl ApiError {
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::IdempotencyKeyReused { .. } | Self::TokenNotSupported(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            Self::IdempotencyKeyReused { .. }
+            | Self::TokenNotSupported(_)
+            | Self::ChainNotSettled(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ if self.is_database_bug() => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Database(_)
@@ -190,11 +204,11 @@ impl ApiError {
             _ if self.is_database_bug() => {
                 "an internal error occurred; nothing was committed, the request may be retried".to_owned()
             }
-            Self::Database(e) if Failure::of(e) == Failure::NotMigrated => {
-                "the database is not migrated: apply the migrations (payments-api migrate); nothing was committed".to_owned()
+            Self::Database(e) if let Some(advice) = crate::db::advice(e) => {
+                format!("{advice}; nothing was committed")
             }
             Self::Database(_) => {
-                "the database is unavailable; nothing was committed, retry with the same Idempotency-Key".to_owned()
+                "the database is unavailable; nothing was committed, so the request may be sent again (with the same Idempotency-Key, if it had one)".to_owned()
             }
             Self::CommitOutcomeUnknown { key: Some(key), .. } => format!(
                 "the connection to the database was lost after the commit was sent, so whether this request was applied is unknown; retry with the same Idempotency-Key \"{key}\" to learn the outcome"

@@ -12,8 +12,8 @@
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
-//! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`]: the shared base every
-//!   capability uses
+//! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`], [`workers`]: the shared
+//!   base every capability uses
 //! - [`telemetry`], [`startup`]: running it
 //!
 //! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
@@ -37,3 +37,4 @@ pub mod startup;
 pub mod sweeper;
 pub mod telemetry;
 pub mod webhooks;
+pub mod workers;

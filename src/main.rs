@@ -1,3 +1,5 @@
+use std::process::ExitCode;
+
 use clap::Parser;
 use payments_api::{
     auth,
@@ -7,9 +9,27 @@ use payments_api::{
     telemetry,
 };
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// An error ends the process with its message and causes on one line, never a backtrace: what
+/// an operator needs is what is wrong and how to fix it (`RUST_BACKTRACE` is for panics).
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => serve(cli.serve).await,
         Some(Command::Serve(args)) => serve(args).await,

@@ -24,23 +24,31 @@ pub struct Application {
     request_timeout: Duration,
     webhooks: WebhookSettings,
     settlement: settlement::Chains,
+    relayer_key: Option<settlement::relayer::Key>,
+    bootstrap: auth::Bootstrap,
 }
 
 impl Application {
-    /// Connects, bootstraps API keys and binds the listener (port 0 picks a free port).
+    /// Checks what configuration is left to check, connects, bootstraps API keys and binds the
+    /// listener (port 0 picks a free port). A database that is not there yet is not an error: the
+    /// keys are stored once it is, and requests get 503 meanwhile.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
+        let settlement = settlement::Chains::new(&settings.settlement);
+        let relayer_key = settlement.relayer_key()?;
+        let bootstrap = auth::Bootstrap::new(&settings.bootstrap_api_keys)?;
         let pool = db::pool(&settings.database_url, settings.db_max_connections)?;
-        if !settings.bootstrap_api_keys.is_empty() {
-            auth::bootstrap(&pool, &settings.bootstrap_api_keys)
-                .await
-                .context("cannot store BOOTSTRAP_API_KEYS")?;
+        match bootstrap.store(&pool).await {
+            Ok(()) => {}
+            // Said by the retrying task; `/readyz` says it too.
+            Err(e) if db::Failure::of(&e).is_transient() => {}
+            Err(e) => return Err(e).context("cannot store BOOTSTRAP_API_KEYS"),
         }
         let listener = TcpListener::bind(settings.bind_addr)
             .await
             .with_context(|| format!("cannot listen on {}", settings.bind_addr))?;
         // Installed before serving so every series exists from the first request on.
         crate::telemetry::metrics::handle();
-        let router = http::router(pool.clone(), settings);
+        let router = http::router(pool.clone(), settings, bootstrap.clone());
         Ok(Self {
             listener,
             router,
@@ -48,7 +56,9 @@ impl Application {
             sweep_interval: settings.sweep_interval,
             request_timeout: settings.request_timeout,
             webhooks: settings.webhooks,
-            settlement: settlement::Chains::new(&settings.settlement),
+            settlement,
+            relayer_key,
+            bootstrap,
         })
     }
 
@@ -68,7 +78,9 @@ impl Application {
             self.sweep_interval,
             settled_chains,
         ));
-        let chain_work = settlement::spawn(&self.pool, &self.settlement)?;
+        let chain_work = settlement::spawn(&self.pool, &self.settlement, self.relayer_key);
+        let bootstrap = (!self.bootstrap.is_done())
+            .then(|| tokio::spawn(self.bootstrap.store_when_possible(self.pool.clone())));
         let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
         let webhooks = self
             .webhooks
@@ -79,6 +91,7 @@ impl Application {
         // A sweep cut short rolls back; the next replica or start finishes it.
         sweeper.abort();
         keeper.abort();
+        bootstrap.iter().for_each(|task| task.abort());
         // A delivery cut short here is sent again once its lease passes.
         webhooks.iter().for_each(|task| task.abort());
         // The listener and relayer keep all their state in PostgreSQL; they resume from it.

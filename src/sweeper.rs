@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 use sqlx::PgConnection;
 
 use crate::{
-    db::Pool, events, idempotency, intents, intents::repo::Expiry, telemetry::metrics as names,
+    db::{self, Pool},
+    events, idempotency, intents,
+    intents::repo::Expiry,
+    telemetry::metrics as names,
+    workers::Outage,
 };
 
 /// Rows per statement a sweep starts with (and the chain listener's expiry uses).
@@ -126,6 +130,7 @@ pub async fn run(pool: Pool, interval: Duration, settled_chains: Vec<String>) {
     // A quarter of each interval at most: a replica working off a backlog leaves most of its
     // time (and the database's) to requests, and still deletes many times the create rate.
     let mut sweeper = Sweeper::new(settled_chains, interval / 4);
+    let mut outage = Outage::new("sweeper", interval);
     loop {
         ticker.tick().await;
         let round = async { sweeper.sweep_once(&mut *pool.acquire().await?).await }.await;
@@ -145,8 +150,13 @@ pub async fn run(pool: Pool, interval: Duration, settled_chains: Vec<String>) {
                 );
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "sweep failed; retrying next tick"),
+            // The ticker sets the pace; the outage only keeps the log to a line a minute.
+            Err(e) => {
+                let _ = outage.failed(&e, db::advice(&e));
+                continue;
+            }
         }
+        outage.recovered();
     }
 }
 

@@ -60,6 +60,25 @@ impl Failure {
     }
 }
 
+/// What an operator must run when `error` says the database itself is missing or behind this
+/// binary; `None` for every other error (those pass without anybody's help, or are bugs).
+pub fn advice(error: &sqlx::Error) -> Option<&'static str> {
+    let missing = error
+        .as_database_error()
+        .is_some_and(|db| db.code().as_deref() == Some("3D000"));
+    if missing {
+        Some(
+            "the database does not exist: create and migrate it with `payments-api migrate` (or start with `payments-api serve --migrate`)",
+        )
+    } else if Failure::of(error) == Failure::NotMigrated {
+        Some(
+            "the database is not migrated: run `payments-api migrate` (or start with `payments-api serve --migrate`)",
+        )
+    } else {
+        None
+    }
+}
+
 /// Classifies an error that code running a statement has just seen, and acts on what it says about
 /// the pool: a lost connection means its siblings are likely dead too (a database restart closes
 /// them all), so for a while every pooled connection is checked before use.

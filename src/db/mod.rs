@@ -10,7 +10,7 @@ pub mod pool;
 pub mod servers;
 pub mod transaction;
 
-pub use failure::{Failure, observe};
+pub use failure::{Failure, advice, observe};
 pub use migrate::{MIGRATOR, migrate};
 pub use pool::{Pool, PoolUsage, PooledConnection, pool};
 pub use transaction::{OpenTransaction, RequestTransaction, Tx};

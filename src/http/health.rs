@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use axum::{Json, extract::State, response::IntoResponse};
+use axum::{Extension, Json, extract::State, response::IntoResponse};
 use serde_json::json;
 
 use crate::{
+    auth::Bootstrap,
     db::{self, Pool},
     error::{ApiError, ErrorBody},
 };
@@ -26,7 +27,10 @@ pub async fn healthz() -> impl IntoResponse {
         (status = 503, description = "Database unreachable or not migrated", body = ErrorBody),
     )
 )]
-pub async fn readyz(State(pool): State<Pool>) -> Result<impl IntoResponse, ApiError> {
+pub async fn readyz(
+    State(pool): State<Pool>,
+    Extension(bootstrap): Extension<Bootstrap>,
+) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
     let pending = tokio::time::timeout(Duration::from_secs(2), async {
         db::migrate::pending(&mut *pool.acquire().await?).await
@@ -35,10 +39,19 @@ pub async fn readyz(State(pool): State<Pool>) -> Result<impl IntoResponse, ApiEr
     .map_err(|_| ApiError::Unready("the database did not answer within 2 s".to_owned()))?
     .map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");
-        ApiError::Unready("the database is unreachable".to_owned())
+        ApiError::Unready(
+            db::advice(&e)
+                .unwrap_or("the database is unreachable")
+                .to_owned(),
+        )
     })?;
     if pending > 0 {
         return Err(ApiError::Unready(db::migrate::advice(pending)));
+    }
+    if !bootstrap.is_done() {
+        return Err(ApiError::Unready(
+            "the keys of BOOTSTRAP_API_KEYS are not stored yet".to_owned(),
+        ));
     }
     Ok(Json(json!({"status": "ready"})))
 }

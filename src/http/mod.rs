@@ -6,11 +6,11 @@ pub mod health;
 pub mod openapi;
 
 use axum::{
-    Router,
+    Extension, Router,
     extract::DefaultBodyLimit,
     http::HeaderName,
     middleware::{from_fn, from_fn_with_state},
-    routing::get,
+    routing::{any, get},
 };
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -30,7 +30,7 @@ use crate::{
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(pool: Pool, settings: &Settings) -> Router {
+pub fn router(pool: Pool, settings: &Settings, bootstrap: auth::Bootstrap) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
         settings: settings.idempotency,
@@ -40,6 +40,7 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
     // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
     // authentication runs before the idempotency layer ever reads a key.
     let chains = settlement::Chains::new(&settings.settlement);
+    let authenticator = auth::Authenticator::new(pool.clone());
     let api = intents::router(settings.settlement.chain_names())
         .merge(settlement::routes::router(chains))
         .merge(ledger::router())
@@ -48,24 +49,32 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
         .merge(webhooks::router(pool.clone(), settings.webhooks))
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
         .route_layer(from_fn_with_state(
-            auth::Authenticator::new(pool.clone()),
+            authenticator.clone(),
             auth::require_merchant,
         ))
         .route_layer(from_fn_with_state(
             settings.request_timeout,
             deadline::enforce,
         ));
+    // Every `/v1` path is authenticated first, even one that does not exist: without a valid key
+    // it is 401 like every other, so an unknown path tells a stranger nothing.
+    let unknown_api = Router::new()
+        .route("/v1", any(no_such_endpoint))
+        .route("/v1/{*rest}", any(no_such_endpoint))
+        .route_layer(from_fn_with_state(authenticator, auth::require_merchant));
 
     let operations = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
-        .route("/openapi.json", get(openapi::openapi_json));
+        .route("/openapi.json", get(openapi::openapi_json))
+        .layer(Extension(bootstrap));
 
     Router::new()
         .merge(api)
+        .merge(unknown_api)
         .merge(operations)
-        .fallback(|| async { ApiError::NotFound("no such endpoint".to_owned()) })
+        .fallback(no_such_endpoint)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(pool)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
@@ -76,4 +85,8 @@ pub fn router(pool: Pool, settings: &Settings) -> Router {
                 .layer(telemetry::access_log())
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
+}
+
+async fn no_such_endpoint() -> ApiError {
+    ApiError::NotFound("no such endpoint".to_owned())
 }

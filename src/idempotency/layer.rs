@@ -337,7 +337,8 @@ async fn execute(
                         release_lease(&state.pool, lease, Instant::now() + RELEASE_GRACE).await;
                     }
                     let seconds = state.request_timeout.as_secs();
-                    let error = ApiError::Timeout { seconds };
+                    let keyed = held.is_some();
+                    let error = ApiError::Timeout { seconds, keyed };
                     (error.into_response(), Ending::TimedOut)
                 }
             }

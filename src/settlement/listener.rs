@@ -23,13 +23,14 @@ use crate::{
         token::Eip3009,
     },
     config::{ChainEndpoint, SettlementSettings},
-    db::Pool,
+    db::{self, Pool},
     intents::{
         repo::{self, Expiry, Settlement, TransitionError},
         state::{Action, Actor},
     },
     ledger,
     telemetry::metrics as names,
+    workers::Outage,
 };
 
 /// Blocks followed per tick, so one tick stays short after an outage; the rest waits a tick.
@@ -43,10 +44,11 @@ pub async fn run(pool: Pool, chain: ChainEndpoint, node: Node, settings: Arc<Set
     let mut ticker = tokio::time::interval(settings.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let label = chain.name.clone();
+    let mut outage = Outage::new(format!("listener of {label}"), settings.poll_interval);
     loop {
         ticker.tick().await;
         match tick(&pool, &chain, &node, settings.confirmations).await {
-            Ok(()) => {}
+            Ok(()) => outage.recovered(),
             Err(TickError::Halted(why)) => {
                 metrics::gauge!(names::CHAIN_LISTENER_HALTED, "chain" => label.clone()).set(1.0);
                 tracing::error!(chain = %label, "settlement stopped on this chain: {why}");
@@ -54,7 +56,14 @@ pub async fn run(pool: Pool, chain: ChainEndpoint, node: Node, settings: Arc<Set
                 // so the log keeps saying why.
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
-            Err(e) => tracing::warn!(chain = %label, error = %e, "listener tick failed; retrying"),
+            // The ticker sets the pace; the outage keeps the log to a line a minute.
+            Err(e) => {
+                let advice = match &e {
+                    TickError::Database(e) => db::advice(e),
+                    _ => None,
+                };
+                let _ = outage.failed(&e, advice);
+            }
         }
     }
 }

@@ -53,17 +53,25 @@ impl Chains {
     pub fn is_on(&self) -> bool {
         !self.nodes.is_empty()
     }
+
+    /// The relayer's key, if one is set: parsed before the server binds, so a bad key stops the
+    /// start instead of being reported after "listening".
+    pub fn relayer_key(&self) -> anyhow::Result<Option<relayer::Key>> {
+        self.settings
+            .relayer_private_key
+            .as_deref()
+            .map(relayer::Key::parse)
+            .transpose()
+    }
 }
 
 /// Starts a listener per served chain, and a relayer per chain when a relayer key is set. Returns
 /// the tasks, to stop them at shutdown.
-pub fn spawn(pool: &Pool, chains: &Chains) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    let relayer_key = chains
-        .settings
-        .relayer_private_key
-        .as_deref()
-        .map(relayer::Key::parse)
-        .transpose()?;
+pub fn spawn(
+    pool: &Pool,
+    chains: &Chains,
+    relayer_key: Option<relayer::Key>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
     for (endpoint, node) in chains.nodes.values() {
         tasks.push(tokio::spawn(listener::run(
@@ -82,5 +90,5 @@ pub fn spawn(pool: &Pool, chains: &Chains) -> anyhow::Result<Vec<tokio::task::Jo
             )));
         }
     }
-    Ok(tasks)
+    tasks
 }

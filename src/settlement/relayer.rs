@@ -23,8 +23,9 @@ use crate::{
         rpc::{ChainError, Node},
     },
     config::{ChainEndpoint, SettlementSettings},
-    db::Pool,
+    db::{self, Pool},
     telemetry::metrics as names,
+    workers::Outage,
 };
 
 /// The relayer's key. Its `Debug` never shows the secret.
@@ -64,6 +65,7 @@ pub async fn run(
     let mut ticker = tokio::time::interval(settings.poll_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
+    let mut outage = Outage::new(format!("relayer of {}", chain.name), settings.poll_interval);
     loop {
         ticker.tick().await;
         let relayer = Relayer {
@@ -83,8 +85,16 @@ pub async fn run(
                 })
                 .await
         };
-        if let Err(e) = round.await {
-            tracing::warn!(chain = %chain.name, error = %e, "relayer tick failed; retrying");
+        // The ticker sets the pace; the outage keeps the log to a line a minute.
+        match round.await {
+            Ok(()) => outage.recovered(),
+            Err(e) => {
+                let advice = match &e {
+                    RelayError::Database(e) => db::advice(e),
+                    _ => None,
+                };
+                let _ = outage.failed(&e, advice);
+            }
         }
     }
 }

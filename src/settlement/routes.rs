@@ -59,8 +59,8 @@ pub struct AuthorizationDocument {
     responses(
         (status = 200, description = "What the payer signs", body = AuthorizationDocument),
         (status = 404, description = "`not_found`", body = ErrorBody),
-        (status = 409, description = "`invalid_state_transition`: not `created`, or its chain is not settled here", body = ErrorBody),
-        (status = 422, description = "`token_not_supported`: the token does not implement EIP-3009", body = ErrorBody),
+        (status = 409, description = "`invalid_state_transition`: not `created`", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`: the token does not implement EIP-3009; `chain_not_settled`: this server is not configured to settle the intent's chain (`CHAINS`)", body = ErrorBody),
         (status = 503, description = "`unavailable`: the chain is unreachable and the token unknown", body = ErrorBody),
     )
 )]
@@ -102,7 +102,7 @@ pub struct ConfirmRequest {
         (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_state_transition`", body = ErrorBody),
-        (status = 422, description = "`token_not_supported`", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
     )
 )]
 pub async fn confirm(
@@ -167,8 +167,13 @@ async fn payable(
         )));
     }
     if chains.get(&intent.chain).is_none() {
-        return Err(ApiError::InvalidStateTransition(format!(
-            "payment intent {}: {} is not settled by this server",
+        let why = if chains.is_on() {
+            "its CHAINS setting does not name it"
+        } else {
+            "settlement is off: CHAINS is not set"
+        };
+        return Err(ApiError::ChainNotSettled(format!(
+            "payment intent {}: this server does not settle {} ({why}), so the intent cannot be paid through it",
             intent.id, intent.chain
         )));
     }

@@ -28,6 +28,7 @@ use crate::{
     db::{self, Pool},
     events::store::{Event, EventData},
     telemetry::metrics as names,
+    workers::Outage,
 };
 
 /// How often an idle worker looks for due deliveries.
@@ -72,6 +73,7 @@ pub async fn run(pool: Pool, settings: WebhookSettings) {
     let recorder = tokio::spawn(record_finished(pool.clone(), settings, to_record));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut last_gauges = Instant::now() - Duration::from_secs(60);
+    let mut outage = Outage::new("webhook delivery", POLL_EVERY);
     loop {
         if last_gauges.elapsed() >= Duration::from_secs(1) {
             last_gauges = Instant::now();
@@ -83,11 +85,13 @@ pub async fn run(pool: Pool, settings: WebhookSettings) {
         drop(slots.acquire().await.expect("never closed"));
         let wanted = slots.available_permits().min(BATCH);
         let due = match claim(&pool, &settings, wanted).await {
-            Ok(due) => due,
+            Ok(due) => {
+                outage.recovered();
+                due
+            }
             Err(e) => {
                 db::observe(&e);
-                tracing::warn!(error = %e, "claiming webhooks failed; retrying");
-                tokio::time::sleep(POLL_EVERY).await;
+                tokio::time::sleep(outage.failed(&e, db::advice(&e))).await;
                 continue;
             }
         };

@@ -100,6 +100,45 @@ async fn missing_or_unknown_credentials_get_401_and_store_nothing() {
     assert_eq!(get.status(), 401, "reads need credentials too");
 }
 
+/// Every `/v1` path is authenticated first, one that does not exist included: a stranger learns
+/// nothing of which exist, a merchant gets 404. Outside `/v1` nothing needs a key.
+#[tokio::test]
+async fn unknown_api_paths_are_authenticated_first() {
+    let app = TestApp::spawn().await;
+    for path in ["/v1", "/v1/nope", "/v1/payment_intents/pi_1/nope"] {
+        let url = format!("{}{path}", app.address);
+        let stranger = Answer::of(app.client.get(&url).send().await.unwrap()).await;
+        assert_eq!(
+            (stranger.status, stranger.json()["error"].as_str()),
+            (401, Some("unauthorized")),
+            "{path}"
+        );
+        let posted = Answer::of(
+            app.client
+                .post(&url)
+                .header("idempotency-key", "k-1")
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(posted.status, 401, "{path}");
+        let merchant = app.get_as(DEMO_TOKEN, path).await;
+        assert_eq!(
+            (merchant.status, merchant.json()["error"].as_str()),
+            (404, Some("not_found")),
+            "{path}"
+        );
+    }
+    let outside = app.get("/nope").await;
+    assert_eq!(outside.status, 404);
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_keys")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(records, 0, "an unknown path claims no key");
+}
+
 #[tokio::test]
 async fn the_auth_scheme_is_case_insensitive() {
     let app = TestApp::spawn().await;

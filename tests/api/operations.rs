@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use payments_api::config::Settings;
+use payments_api::{config::Settings, db};
 
 use crate::{
     helpers::{
-        Answer, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, empty_database, serve, spawn_create,
-        test_settings,
+        Answer, DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp, empty_database, missing_database,
+        serve, spawn_create, test_settings,
     },
     leases::waiting_inserts,
 };
@@ -69,6 +69,14 @@ async fn healthz_is_always_up_and_readyz_needs_a_migrated_database() {
         "no database: 503 unavailable, never a 500"
     );
     assert!(create.headers().contains_key("retry-after"));
+    let detail = Answer::of(create).await.json()["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        detail.contains("nothing was committed") && detail.contains("if it had one"),
+        "a request without a key is not told to retry with its key: {detail}"
+    );
 }
 
 #[tokio::test]
@@ -298,15 +306,123 @@ async fn an_unreachable_database_is_reported_with_its_real_cause() {
     assert!(!said.contains("pool timed out"), "{said}");
 
     let server = ServerProcess::start(&database_url, &[("BOOTSTRAP_API_KEYS", "")]).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !server.logs().contains("cannot reach the database") {
-        assert!(std::time::Instant::now() < deadline, "{}", server.logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let logs = server.logs();
-    let line = logs
-        .lines()
-        .find(|l| l.contains("cannot reach the database"))
-        .unwrap();
+    let line = server.wait_for_log("cannot reach the database").await;
     assert!(line.contains("Connection refused"), "{line}");
+}
+
+/// A database that does not exist yet, or exists without its tables, is the same to `serve`: it
+/// stays up (even with BOOTSTRAP_API_KEYS to store), says once what to run instead of a line every
+/// 250 ms, answers 503 with the same advice, and once the migrations are there it stores the keys,
+/// becomes ready and says its workers recovered.
+#[tokio::test]
+async fn serve_waits_for_a_missing_or_unmigrated_database_and_says_what_to_run() {
+    for (database_url, why) in [
+        (missing_database().await, "does not exist"),
+        (empty_database().await, "not migrated"),
+    ] {
+        let server = ServerProcess::start(&database_url, &[("SWEEP_INTERVAL_SECONDS", "1")]).await;
+        let client = reqwest::Client::new();
+        let readyz = || async {
+            Answer::of(
+                client
+                    .get(format!("{}/readyz", server.address))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        };
+        let not_ready = readyz().await;
+        assert_eq!(not_ready.status, 503, "{}", not_ready.body);
+        assert!(
+            not_ready.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("payments-api migrate"),
+            "{}",
+            not_ready.body
+        );
+        let list = |token: &'static str| {
+            let request = client
+                .get(format!("{}/v1/payment_intents", server.address))
+                .bearer_auth(token);
+            async move { Answer::of(request.send().await.unwrap()).await }
+        };
+        let unavailable = list(DEMO_TOKEN).await;
+        assert_eq!(unavailable.status, 503, "{}", unavailable.body);
+        assert!(
+            unavailable.json()["detail"].as_str().unwrap().contains(why),
+            "{}",
+            unavailable.body
+        );
+
+        // The sweeper fails a second after start: by then the webhook worker has met the same
+        // database several times, and said so once.
+        server.wait_for_log("sweeper is failing").await;
+        let logs = server.logs();
+        let said: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("webhook delivery is failing"))
+            .collect();
+        assert_eq!(said.len(), 1, "{logs}");
+        assert!(
+            said[0].contains(why) && said[0].contains("payments-api migrate"),
+            "{}",
+            said[0]
+        );
+        assert!(
+            !logs.contains("still failing"),
+            "a reminder comes a minute later: {logs}"
+        );
+
+        db::migrate(&database_url).await.expect("migrate");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = readyz().await;
+            if ready.status == 200 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never ready: {}",
+                ready.body
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let listed = list(DEMO_TOKEN).await;
+        assert_eq!(
+            listed.status, 200,
+            "the bootstrapped key works: {}",
+            listed.body
+        );
+        server.wait_for_log("webhook delivery recovered").await;
+    }
+}
+
+/// Configuration is checked before the server binds, and a configuration error is one line with
+/// its cause, never a backtrace, even with RUST_BACKTRACE set.
+#[test]
+fn a_bad_relayer_key_stops_the_start_before_listening_without_a_backtrace() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .arg("serve")
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nothing")
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .env("CHAINS", "evm:31337=http://127.0.0.1:1")
+        .env("RELAYER_PRIVATE_KEY", "0x1234")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        said.contains("error: RELAYER_PRIVATE_KEY must be 0x followed by 64 hex digits"),
+        "{said}"
+    );
+    assert!(!said.contains("listening"), "{said}");
+    assert!(!said.to_lowercase().contains("backtrace"), "{said}");
+    assert!(!said.contains("0x1234"), "the key is never echoed: {said}");
 }

@@ -182,6 +182,35 @@ async fn confirm_checks_the_signature_and_the_state() {
     assert!(refused.body.contains("chain"), "{}", refused.body);
 }
 
+/// With settlement off, an intent is refused payment for what stops it, the server's
+/// configuration, not the intent's state: 422 `chain_not_settled`, naming `CHAINS`.
+#[tokio::test]
+async fn a_chain_this_server_does_not_settle_is_named_as_such() {
+    let app = TestApp::spawn().await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let authorization = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    let confirm = app.confirm(&id, &format!("0x{}1b", "11".repeat(64))).await;
+    for answer in [authorization, confirm] {
+        assert_eq!(
+            (answer.status, answer.json()["error"].as_str()),
+            (422, Some("chain_not_settled")),
+            "{}",
+            answer.body
+        );
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            detail.contains("evm:31337") && detail.contains("CHAINS is not set"),
+            "{detail}"
+        );
+    }
+    assert_eq!(app.state_of(&id).await, "created");
+}
+
 #[tokio::test]
 async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain() {
     let anvil = Anvil::start().await;

@@ -141,13 +141,27 @@ pub async fn empty_database() -> String {
     create_database(None).await
 }
 
-async fn create_database(template: Option<&str>) -> String {
-    let server = server_url().await;
-    let name = format!(
+/// The URL of a database that does not exist (named like the others, so that it is dropped with
+/// them if a test creates it).
+pub async fn missing_database() -> String {
+    let (base, _) = server_url()
+        .await
+        .rsplit_once('/')
+        .expect("URL has a database");
+    format!("{base}/{}", database_name())
+}
+
+fn database_name() -> String {
+    format!(
         "{DB_PREFIX}{}_{}",
         std::process::id(),
         uuid::Uuid::new_v4().simple()
-    );
+    )
+}
+
+async fn create_database(template: Option<&str>) -> String {
+    let server = server_url().await;
+    let name = database_name();
     let statement = match template {
         Some(template) => format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\""),
         None => format!("CREATE DATABASE \"{name}\""),

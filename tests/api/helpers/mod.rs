@@ -15,7 +15,7 @@ mod receiver;
 mod replicated;
 
 pub use app::{Answer, TestApp, serve, spawn_create, test_settings};
-pub use database::{empty_database, fresh_database};
+pub use database::{empty_database, fresh_database, missing_database};
 pub use process::ServerProcess;
 pub use proxy::Fault;
 pub use receiver::{Received, Receiver, Reply};

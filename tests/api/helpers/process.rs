@@ -72,4 +72,20 @@ impl ServerProcess {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits until the server has logged a line containing `needle`, and returns that line.
+    pub async fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.logs().lines().find(|l| l.contains(needle)) {
+                return line.to_owned();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no log line with {needle:?}:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
