@@ -13,7 +13,10 @@ use tokio::net::TcpListener;
 use crate::{
     auth,
     config::{Settings, WebhookSettings},
-    db, http, settlement, sweeper, webhooks,
+    db, http, settlement,
+    sweeper::SweepWorker,
+    webhooks::delivery::DeliveryWorker,
+    workers::{Failed, Next, Schedule, Worker, Workers},
 };
 
 pub struct Application {
@@ -26,6 +29,7 @@ pub struct Application {
     settlement: settlement::Chains,
     relayer_key: Option<settlement::relayer::Key>,
     bootstrap: auth::Bootstrap,
+    workers: Workers,
 }
 
 impl Application {
@@ -48,7 +52,13 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.bind_addr))?;
         // Installed before serving so every series exists from the first request on.
         crate::telemetry::metrics::handle();
-        let router = http::router(pool.clone(), settings, bootstrap.clone());
+        let workers = Workers::new();
+        let router = http::router(
+            pool.clone(),
+            settings,
+            bootstrap.clone(),
+            workers.heartbeats(),
+        );
         Ok(Self {
             listener,
             router,
@@ -59,6 +69,7 @@ impl Application {
             settlement,
             relayer_key,
             bootstrap,
+            workers,
         })
     }
 
@@ -69,36 +80,55 @@ impl Application {
     }
 
     /// Serves until SIGINT or SIGTERM, then stops accepting and gives in-flight requests up to the
-    /// request timeout to finish (their own timeout rolls back any that run longer).
-    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+    /// request timeout to finish (their own timeout rolls back any that run longer), and the
+    /// workers their current unit.
+    pub async fn run_until_stopped(mut self) -> anyhow::Result<()> {
         tracing::info!(addr = %self.local_addr(), "listening");
-        let settled_chains = self.settlement.settings.chain_names();
-        let sweeper = tokio::spawn(sweeper::run(
-            self.pool.clone(),
-            self.sweep_interval,
-            settled_chains,
-        ));
-        let chain_work = settlement::spawn(&self.pool, &self.settlement, self.relayer_key);
+        self.spawn_workers();
         let bootstrap = (!self.bootstrap.is_done())
             .then(|| tokio::spawn(self.bootstrap.store_when_possible(self.pool.clone())));
-        let keeper = tokio::spawn(self.pool.clone().keep_checked(KEEP_CHECKED_EVERY));
-        let webhooks = self
-            .webhooks
-            .deliver
-            .then(|| tokio::spawn(webhooks::delivery::run(self.pool.clone(), self.webhooks)));
         tokio::spawn(report_database(self.pool.clone()));
         serve(self.listener, self.router, self.request_timeout).await;
-        // A sweep cut short rolls back; the next replica or start finishes it.
-        sweeper.abort();
-        keeper.abort();
         bootstrap.iter().for_each(|task| task.abort());
-        // A delivery cut short here is sent again once its lease passes.
-        webhooks.iter().for_each(|task| task.abort());
-        // The listener and relayer keep all their state in PostgreSQL; they resume from it.
-        chain_work.iter().for_each(|task| task.abort());
+        // Every worker keeps its state in PostgreSQL: a unit cut short rolls back and is done
+        // again by the next replica or start (a delivery once its lease passes).
+        self.workers.shut_down(self.request_timeout).await;
         self.pool.close().await;
         tracing::info!("stopped");
         Ok(())
+    }
+
+    /// Every background loop of this replica, started through one place (`docs/design.md`,
+    /// "Background work").
+    fn spawn_workers(&mut self) {
+        let (pool, workers) = (&self.pool, &mut self.workers);
+        let (interval, chains) = (self.sweep_interval, self.settlement.settings.chain_names());
+        workers.spawn("sweeper", SweepWorker::schedule(interval), {
+            let pool = pool.clone();
+            move || SweepWorker::new(pool.clone(), interval, chains.clone())
+        });
+        workers.spawn("pool keeper", Schedule::every(KEEP_CHECKED_EVERY), {
+            let pool = pool.clone();
+            move || PoolKeeper(pool.clone())
+        });
+        if self.webhooks.deliver {
+            let settings = self.webhooks;
+            workers.spawn("webhook delivery", DeliveryWorker::schedule(&settings), {
+                let pool = pool.clone();
+                move || DeliveryWorker::new(pool.clone(), settings)
+            });
+        }
+        settlement::spawn(workers, pool, &self.settlement, self.relayer_key.take());
+    }
+}
+
+/// Checks the pool's idle connections (`db::Pool::check_idle`).
+struct PoolKeeper(db::Pool);
+
+impl Worker for PoolKeeper {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        self.0.check_idle().await;
+        Ok(Next::Wait)
     }
 }
 

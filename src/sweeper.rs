@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use sqlx::PgConnection;
 
 use crate::{
-    db::{self, Pool},
+    db::Pool,
     events, idempotency, intents,
     intents::repo::Expiry,
     telemetry::metrics as names,
-    workers::Outage,
+    workers::{Failed, Next, Schedule, Worker},
 };
 
 /// Rows per statement a sweep starts with (and the chain listener's expiry uses).
@@ -120,43 +120,54 @@ fn next_batch(batch: i64, full: bool, took: Duration) -> i64 {
     }
 }
 
-/// Sweeps every `interval` until the task is dropped. A failed round (database down) is logged
-/// and retried next tick; it never stops the loop.
-pub async fn run(pool: Pool, interval: Duration, settled_chains: Vec<String>) {
-    // The first round comes one interval after start, not at once: a replica starting up has
-    // better things to do, and the rounds of all replicas spread out.
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // A quarter of each interval at most: a replica working off a backlog leaves most of its
-    // time (and the database's) to requests, and still deletes many times the create rate.
-    let mut sweeper = Sweeper::new(settled_chains, interval / 4);
-    let mut outage = Outage::new("sweeper", interval);
-    loop {
-        ticker.tick().await;
-        let round = async { sweeper.sweep_once(&mut *pool.acquire().await?).await }.await;
+/// The sweepers as a [`Worker`]: one round per unit, every `SWEEP_INTERVAL_SECONDS`.
+pub struct SweepWorker {
+    pool: Pool,
+    sweeper: Sweeper,
+}
+
+impl SweepWorker {
+    pub fn new(pool: Pool, interval: Duration, settled_chains: Vec<String>) -> Self {
+        // A quarter of each interval at most: a replica working off a backlog leaves most of its
+        // time (and the database's) to requests, and still deletes many times the create rate.
+        Self {
+            pool,
+            sweeper: Sweeper::new(settled_chains, interval / 4),
+        }
+    }
+
+    /// The first round comes one interval after start, not at once: a replica starting up has
+    /// better things to do, and the rounds of all replicas spread out.
+    pub fn schedule(interval: Duration) -> Schedule {
+        Schedule {
+            first_after: interval,
+            ..Schedule::every(interval)
+        }
+    }
+}
+
+impl Worker for SweepWorker {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        let round = async {
+            self.sweeper
+                .sweep_once(&mut *self.pool.acquire().await?)
+                .await
+        }
+        .await;
         metrics::counter!(names::SWEEP_RUNS, "result" => if round.is_ok() { "ok" } else { "error" }).increment(1);
-        if let Ok(report) = &round {
-            metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);
-            metrics::counter!(names::SWEEP_KEYS_DELETED).increment(report.keys_deleted);
-            metrics::counter!(names::SWEEP_EVENTS_DELETED).increment(report.events_deleted);
+        let report = round?;
+        metrics::counter!(names::SWEEP_INTENTS_EXPIRED).increment(report.intents_expired);
+        metrics::counter!(names::SWEEP_KEYS_DELETED).increment(report.keys_deleted);
+        metrics::counter!(names::SWEEP_EVENTS_DELETED).increment(report.events_deleted);
+        if report != SweepReport::default() {
+            tracing::info!(
+                intents_expired = report.intents_expired,
+                keys_deleted = report.keys_deleted,
+                events_deleted = report.events_deleted,
+                "swept"
+            );
         }
-        match round {
-            Ok(report) if report != SweepReport::default() => {
-                tracing::info!(
-                    intents_expired = report.intents_expired,
-                    keys_deleted = report.keys_deleted,
-                    events_deleted = report.events_deleted,
-                    "swept"
-                );
-            }
-            Ok(_) => {}
-            // The ticker sets the pace; the outage only keeps the log to a line a minute.
-            Err(e) => {
-                let _ = outage.failed(&e, db::advice(&e));
-                continue;
-            }
-        }
-        outage.recovered();
+        Ok(Next::Wait)
     }
 }
 

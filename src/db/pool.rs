@@ -82,27 +82,23 @@ impl Pool {
         }
     }
 
-    /// Checks the idle connections every `every`, as TCP keepalive would, so that a connection the
-    /// network silently dropped is found by this task rather than by a request: each one unused
-    /// for a while is pinged ([`Connector::recycle`]), and one that does not answer in time gets
-    /// every connection opened before it replaced. Never opens a connection, never waits for one.
-    pub async fn keep_checked(self, every: Duration) {
+    /// Checks the idle connections, as TCP keepalive would, so that a connection the network
+    /// silently dropped is found by this check (run every few seconds by the pool's keeper)
+    /// rather than by a request: each one unused for a while is pinged ([`Connector::recycle`]),
+    /// and one that does not answer in time gets every connection opened before it replaced.
+    /// Never opens a connection, never waits for one.
+    pub async fn check_idle(&self) {
         let only_idle = Timeouts {
             wait: Some(Duration::ZERO),
             create: Some(Duration::ZERO),
             recycle: Some(PING_TIMEOUT * 2),
         };
-        let mut ticker = tokio::time::interval(every);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let idle = self.0.status().available;
-            let mut checked = Vec::with_capacity(idle);
-            for _ in 0..idle {
-                match self.0.timeout_get(&only_idle).await {
-                    Ok(connection) => checked.push(connection),
-                    Err(_) => break,
-                }
+        let idle = self.0.status().available;
+        let mut checked = Vec::with_capacity(idle);
+        for _ in 0..idle {
+            match self.0.timeout_get(&only_idle).await {
+                Ok(connection) => checked.push(connection),
+                Err(_) => break,
             }
         }
     }

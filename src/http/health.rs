@@ -9,6 +9,7 @@ use crate::{
     auth::Bootstrap,
     db::{self, Pool},
     error::{ApiError, ErrorBody},
+    workers::Heartbeats,
 };
 
 /// `GET /healthz`: the process is alive and serving HTTP; says nothing of the database.
@@ -17,7 +18,8 @@ pub async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: the database answers and every migration this binary knows is applied.
+/// `GET /readyz`: the database answers, every migration this binary knows is applied, the
+/// bootstrap keys are stored and no background worker stopped ticking.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -30,6 +32,7 @@ pub async fn healthz() -> impl IntoResponse {
 pub async fn readyz(
     State(pool): State<Pool>,
     Extension(bootstrap): Extension<Bootstrap>,
+    Extension(heartbeats): Extension<Heartbeats>,
 ) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
     let pending = tokio::time::timeout(Duration::from_secs(2), async {
@@ -52,6 +55,13 @@ pub async fn readyz(
         return Err(ApiError::Unready(
             "the keys of BOOTSTRAP_API_KEYS are not stored yet".to_owned(),
         ));
+    }
+    let stalled = heartbeats.stalled();
+    if !stalled.is_empty() {
+        return Err(ApiError::Unready(format!(
+            "stopped ticking: {}",
+            stalled.join(", ")
+        )));
     }
     Ok(Json(json!({"status": "ready"})))
 }

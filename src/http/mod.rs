@@ -26,11 +26,17 @@ use crate::{
     intents, ledger, settlement,
     telemetry::{self, metrics},
     webhooks,
+    workers::Heartbeats,
 };
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(pool: Pool, settings: &Settings, bootstrap: auth::Bootstrap) -> Router {
+pub fn router(
+    pool: Pool,
+    settings: &Settings,
+    bootstrap: auth::Bootstrap,
+    heartbeats: Heartbeats,
+) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
         settings: settings.idempotency,
@@ -68,7 +74,8 @@ pub fn router(pool: Pool, settings: &Settings, bootstrap: auth::Bootstrap) -> Ro
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::openapi_json))
-        .layer(Extension(bootstrap));
+        .layer(Extension(bootstrap))
+        .layer(Extension(heartbeats));
 
     Router::new()
         .merge(api)

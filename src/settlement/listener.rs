@@ -5,7 +5,7 @@
 //! (`docs/settlement.md`, "Listener"). Replicas share the work safely: the cursor only moves by
 //! compare-and-set, and an observation moves its intent once.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use alloy::{
     eips::BlockNumberOrTag,
@@ -22,15 +22,15 @@ use crate::{
         rpc::{ChainError, Node},
         token::Eip3009,
     },
-    config::{ChainEndpoint, SettlementSettings},
-    db::{self, Pool},
+    config::ChainEndpoint,
+    db::Pool,
     intents::{
         repo::{self, Expiry, Settlement, TransitionError},
         state::{Action, Actor},
     },
     ledger,
     telemetry::metrics as names,
-    workers::Outage,
+    workers::{Failed, Next, Worker},
 };
 
 /// Blocks followed per tick, so one tick stays short after an outage; the rest waits a tick.
@@ -40,30 +40,39 @@ const KEPT_BELOW_CONFIRMED: i64 = 64;
 /// Where a listener with no cursor starts: this many blocks below the head.
 const START_BELOW_HEAD: u64 = 256;
 
-pub async fn run(pool: Pool, chain: ChainEndpoint, node: Node, settings: Arc<SettlementSettings>) {
-    let mut ticker = tokio::time::interval(settings.poll_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let label = chain.name.clone();
-    let mut outage = Outage::new(format!("listener of {label}"), settings.poll_interval);
-    loop {
-        ticker.tick().await;
-        match tick(&pool, &chain, &node, settings.confirmations).await {
-            Ok(()) => outage.recovered(),
+/// The listener of one chain as a [`Worker`]: one tick per unit, every `CHAIN_POLL_INTERVAL_MS`.
+pub struct Listener {
+    pool: Pool,
+    chain: ChainEndpoint,
+    node: Node,
+    confirmations: u64,
+}
+
+impl Listener {
+    pub fn new(pool: Pool, chain: ChainEndpoint, node: Node, confirmations: u64) -> Self {
+        Self {
+            pool,
+            chain,
+            node,
+            confirmations,
+        }
+    }
+}
+
+impl Worker for Listener {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        match tick(&self.pool, &self.chain, &self.node, self.confirmations).await {
+            Ok(()) => Ok(Next::Wait),
             Err(TickError::Halted(why)) => {
+                let label = self.chain.name.clone();
                 metrics::gauge!(names::CHAIN_LISTENER_HALTED, "chain" => label.clone()).set(1.0);
                 tracing::error!(chain = %label, "settlement stopped on this chain: {why}");
                 // Stays stopped: confirmed history is never rewritten. Checked again each minute
                 // so the log keeps saying why.
-                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(Next::WaitFor(Duration::from_secs(60)))
             }
-            // The ticker sets the pace; the outage keeps the log to a line a minute.
-            Err(e) => {
-                let advice = match &e {
-                    TickError::Database(e) => db::advice(e),
-                    _ => None,
-                };
-                let _ = outage.failed(&e, advice);
-            }
+            Err(TickError::Database(e)) => Err(e.into()),
+            Err(e) => Err(Failed::new(e)),
         }
     }
 }

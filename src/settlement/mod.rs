@@ -18,6 +18,7 @@ use crate::{
     chain::rpc::{self, Node},
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
+    workers::{Schedule, Workers},
 };
 
 /// The served chains and a node for each: what the routes, relayer and listener share.
@@ -65,30 +66,39 @@ impl Chains {
     }
 }
 
-/// Starts a listener per served chain, and a relayer per chain when a relayer key is set. Returns
-/// the tasks, to stop them at shutdown.
+/// Starts a listener per served chain, and a relayer per chain when a relayer key is set.
 pub fn spawn(
+    workers: &mut Workers,
     pool: &Pool,
     chains: &Chains,
     relayer_key: Option<relayer::Key>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
+) {
+    let settings = chains.settings.clone();
+    let schedule = Schedule::every(settings.poll_interval);
     for (endpoint, node) in chains.nodes.values() {
-        tasks.push(tokio::spawn(listener::run(
-            pool.clone(),
-            endpoint.clone(),
-            node.clone(),
-            chains.settings.clone(),
-        )));
+        let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
+        let confirmations = settings.confirmations;
+        workers.spawn(format!("listener of {}", endpoint.name), schedule, {
+            let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
+            move || {
+                listener::Listener::new(pool.clone(), endpoint.clone(), node.clone(), confirmations)
+            }
+        });
         if let Some(key) = &relayer_key {
-            tasks.push(tokio::spawn(relayer::run(
-                pool.clone(),
-                endpoint.clone(),
-                node.clone(),
-                key.clone(),
-                chains.settings.clone(),
-            )));
+            let (key, settings) = (key.clone(), settings.clone());
+            workers.spawn(
+                format!("relayer of {}", endpoint.name),
+                schedule,
+                move || {
+                    relayer::RelayerWorker::new(
+                        pool.clone(),
+                        endpoint.clone(),
+                        node.clone(),
+                        key.clone(),
+                        &settings,
+                    )
+                },
+            );
         }
     }
-    tasks
 }

@@ -4,7 +4,7 @@
 //! state is in PostgreSQL: a crash between broadcast and record leads to a second submission,
 //! which the authorization's nonce makes harmless (`docs/settlement.md`, "Relayer").
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use alloy::{
     consensus::TxEnvelope,
@@ -23,9 +23,9 @@ use crate::{
         rpc::{ChainError, Node},
     },
     config::{ChainEndpoint, SettlementSettings},
-    db::{self, Pool},
+    db::Pool,
     telemetry::metrics as names,
-    workers::Outage,
+    workers::{Failed, Next, Worker},
 };
 
 /// The relayer's key. Its `Debug` never shows the secret.
@@ -52,49 +52,66 @@ const BATCH: i64 = 50;
 /// A fee bump must beat the replaced transaction by at least 10% for nodes to accept it.
 const BUMP_PERCENT: u128 = 125;
 
-pub async fn run(
+/// The relayer of one chain and key as a [`Worker`]: one round per unit, every
+/// `CHAIN_POLL_INTERVAL_MS`, while it holds the key's lease.
+pub struct RelayerWorker {
     pool: Pool,
     chain: ChainEndpoint,
     node: Node,
     key: Key,
-    settings: Arc<SettlementSettings>,
-) {
-    // The process id tells an operator (and the fault tests) which process relays.
-    let holder = format!("{}:{}", std::process::id(), uuid::Uuid::new_v4());
-    let lease = (settings.poll_interval * 10).max(Duration::from_secs(10));
-    let mut ticker = tokio::time::interval(settings.poll_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
-    let mut outage = Outage::new(format!("relayer of {}", chain.name), settings.poll_interval);
-    loop {
-        ticker.tick().await;
-        let relayer = Relayer {
-            chain: &chain,
-            node: &node,
-            key: &key,
+    replace_after: u64,
+    /// Names this process (and the fault tests' crash point) in the key's lease.
+    holder: String,
+    lease: Duration,
+}
+
+impl RelayerWorker {
+    pub fn new(
+        pool: Pool,
+        chain: ChainEndpoint,
+        node: Node,
+        key: Key,
+        settings: &SettlementSettings,
+    ) -> Self {
+        tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
+        Self {
+            pool,
+            chain,
+            node,
+            key,
             replace_after: settings.replace_after_blocks,
+            // The process id tells an operator (and the fault tests) which process relays.
+            holder: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
+            lease: (settings.poll_interval * 10).max(Duration::from_secs(10)),
+        }
+    }
+}
+
+impl Worker for RelayerWorker {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        let (pool, chain, key, holder, lease) =
+            (&self.pool, &self.chain, &self.key, &self.holder, self.lease);
+        let relayer = Relayer {
+            chain,
+            node: &self.node,
+            key,
+            replace_after: self.replace_after,
         };
         let round = async {
             let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
-            if !hold_lease(&mut conn, &chain, key.address(), &holder, lease).await? {
+            if !hold_lease(&mut conn, chain, key.address(), holder, lease).await? {
                 return Ok(());
             }
             relayer
                 .tick(&mut conn, || {
-                    hold_lease_check(&pool, &chain, key.address(), &holder, lease)
+                    hold_lease_check(pool, chain, key.address(), holder, lease)
                 })
                 .await
         };
-        // The ticker sets the pace; the outage keeps the log to a line a minute.
         match round.await {
-            Ok(()) => outage.recovered(),
-            Err(e) => {
-                let advice = match &e {
-                    RelayError::Database(e) => db::advice(e),
-                    _ => None,
-                };
-                let _ = outage.failed(&e, advice);
-            }
+            Ok(()) => Ok(Next::Wait),
+            Err(RelayError::Database(e)) => Err(e.into()),
+            Err(e) => Err(Failed::new(e)),
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::{
     db::{self, Pool},
     events::store::{Event, EventData},
     telemetry::metrics as names,
-    workers::Outage,
+    workers::{Failed, Next, Schedule, Worker},
 };
 
 /// How often an idle worker looks for due deliveries.
@@ -60,58 +60,81 @@ struct Due {
     previous_secret: Option<String>,
 }
 
-/// Delivers until the task is dropped. A failed round (database down) is logged and retried.
-pub async fn run(pool: Pool, settings: WebhookSettings) {
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(settings.timeout)
-        .dns_resolver(PublicResolver::shared(&settings))
-        .user_agent(concat!("payments-api/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .expect("the webhook HTTP client builds");
-    let (finished, to_record) = mpsc::channel(RECORD_BATCH * 4);
-    let recorder = tokio::spawn(record_finished(pool.clone(), settings, to_record));
-    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut last_gauges = Instant::now() - Duration::from_secs(60);
-    let mut outage = Outage::new("webhook delivery", POLL_EVERY);
-    loop {
-        if last_gauges.elapsed() >= Duration::from_secs(1) {
-            last_gauges = Instant::now();
-            if let Err(e) = report_queue(&pool).await {
+/// The delivery worker: each unit waits for a free slot, claims as many due deliveries as there
+/// are free slots and starts their attempts; the recorder writes what they finish.
+pub struct DeliveryWorker {
+    pool: Pool,
+    settings: WebhookSettings,
+    client: reqwest::Client,
+    slots: Arc<Semaphore>,
+    finished: mpsc::Sender<Finished>,
+    recorder: tokio::task::JoinHandle<()>,
+    last_gauges: Instant,
+}
+
+impl DeliveryWorker {
+    pub fn new(pool: Pool, settings: WebhookSettings) -> Self {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(settings.timeout)
+            .dns_resolver(PublicResolver::shared(&settings))
+            .user_agent(concat!("payments-api/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("the webhook HTTP client builds");
+        let (finished, to_record) = mpsc::channel(RECORD_BATCH * 4);
+        let recorder = tokio::spawn(record_finished(pool.clone(), settings, to_record));
+        Self {
+            pool,
+            settings,
+            client,
+            slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            finished,
+            recorder,
+            last_gauges: Instant::now() - Duration::from_secs(60),
+        }
+    }
+
+    /// An idle worker looks for due deliveries every 250 ms; a slot waits at most for an
+    /// attempt's timeout.
+    pub fn schedule(settings: &WebhookSettings) -> Schedule {
+        Schedule {
+            patience: settings.timeout + Schedule::every(POLL_EVERY).patience,
+            ..Schedule::every(POLL_EVERY)
+        }
+    }
+}
+
+impl Worker for DeliveryWorker {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        // The recorder ends only by panicking: a bug, and this worker is made anew with another.
+        assert!(!self.recorder.is_finished(), "the webhook recorder stopped");
+        if self.last_gauges.elapsed() >= Duration::from_secs(1) {
+            self.last_gauges = Instant::now();
+            if let Err(e) = report_queue(&self.pool).await {
                 db::observe(&e);
             }
         }
         // Wait for a free slot, then claim as many deliveries as there are free slots.
-        drop(slots.acquire().await.expect("never closed"));
-        let wanted = slots.available_permits().min(BATCH);
-        let due = match claim(&pool, &settings, wanted).await {
-            Ok(due) => {
-                outage.recovered();
-                due
-            }
-            Err(e) => {
-                db::observe(&e);
-                tokio::time::sleep(outage.failed(&e, db::advice(&e))).await;
-                continue;
-            }
-        };
+        drop(self.slots.acquire().await.expect("never closed"));
+        let wanted = self.slots.available_permits().min(BATCH);
+        let due = claim(&self.pool, &self.settings, wanted).await?;
         let full = due.len() == wanted;
         for delivery in due {
-            let slot = slots.clone().acquire_owned().await.expect("never closed");
-            let (client, finished) = (client.clone(), finished.clone());
+            let slot = self
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("never closed");
+            let (client, finished, settings) =
+                (self.client.clone(), self.finished.clone(), self.settings);
             tokio::spawn(async move {
                 let outcome = attempt(&client, &settings, delivery).await;
                 let _ = finished.send(outcome).await;
                 drop(slot);
             });
         }
-        if !full {
-            tokio::time::sleep(POLL_EVERY).await;
-        }
-        if recorder.is_finished() {
-            tracing::error!("the webhook recorder stopped; deliveries stop until restart");
-            return;
-        }
+        Ok(if full { Next::Again } else { Next::Wait })
     }
 }
 

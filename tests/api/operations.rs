@@ -136,6 +136,25 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
         assert!(after.contains(gauge), "missing {gauge}");
     }
     assert!(!after.contains(&id), "raw paths never become labels");
+
+    // Every worker says when it last finished a unit: the webhook worker polls every 250 ms.
+    let tick = r#"worker_last_tick_seconds{worker="webhook delivery"}"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let last = value_of(&scrape().await, tick);
+        if (now - last).abs() < 5.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{tick} is {last}, now is {now}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The value of one series in Prometheus text format; 0 when it does not exist yet.
