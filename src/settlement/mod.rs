@@ -3,11 +3,13 @@
 //! their payment is confirmed. The chain is the source of truth; PostgreSQL holds our view of it.
 //!
 //! - `tokens`: the tokens read from chains, kept in PostgreSQL
-//! - `routes`: `GET …/authorization`, `POST …/confirm`
+//! - `payments`: the rules of paying an intent (what may be paid, the document, confirm)
+//! - `routes`: `GET …/authorization`, `POST …/confirm`, over `payments`
 //! - `relayer`: submits queued authorizations, one relayer per key across replicas
 //! - `listener`: cursor, confirmations, reorgs, settlement and expiry by chain time
 
 pub mod listener;
+pub mod payments;
 pub mod relayer;
 pub mod routes;
 pub mod tokens;

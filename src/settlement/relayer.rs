@@ -47,7 +47,7 @@ impl Key {
     }
 }
 
-/// Submissions looked at per tick.
+/// Submissions of each state (queued, sent) looked at per tick.
 const BATCH: i64 = 50;
 /// A fee bump must beat the replaced transaction by at least 10% for nodes to accept it.
 const BUMP_PERCENT: u128 = 125;
@@ -100,16 +100,23 @@ impl Worker for RelayerWorker {
         let round = async {
             let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
             if !hold_lease(&mut conn, chain, key.address(), holder, lease).await? {
-                return Ok(());
+                return Ok(None);
             }
             relayer
                 .tick(&mut conn, || {
                     hold_lease_check(pool, chain, key.address(), holder, lease)
                 })
                 .await
+                .map(Some)
         };
         match round.await {
-            Ok(()) => Ok(Next::Wait),
+            // A full share of queued work that made progress: the rest goes out at once, into
+            // the same block if it can, rather than a poll interval later.
+            Ok(Some(Ticked {
+                broadcast,
+                queued_left: true,
+            })) if broadcast > 0 => Ok(Next::Again),
+            Ok(_) => Ok(Next::Wait),
             Err(RelayError::Database(e)) => Err(e.into()),
             Err(e) => Err(Failed::new(e)),
         }
@@ -190,6 +197,13 @@ struct Submission {
     sent_at_block: Option<i64>,
 }
 
+/// What a tick did: how many transactions it broadcast, and whether queued work was left beyond
+/// its share.
+struct Ticked {
+    broadcast: usize,
+    queued_left: bool,
+}
+
 struct Relayer<'a> {
     chain: &'a ChainEndpoint,
     node: &'a Node,
@@ -198,7 +212,14 @@ struct Relayer<'a> {
 }
 
 impl Relayer<'_> {
-    async fn tick<F, Fut>(&self, conn: &mut PgConnection, still_held: F) -> Result<(), RelayError>
+    /// Looks at the oldest [`BATCH`] queued submissions and the oldest [`BATCH`] sent ones, each
+    /// kind with its own share, so sent transactions waiting to be mined never keep new work
+    /// waiting, and a backlog of new work never keeps a stuck transaction from its replacement.
+    async fn tick<F, Fut>(
+        &self,
+        conn: &mut PgConnection,
+        still_held: F,
+    ) -> Result<Ticked, RelayError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<bool, RelayError>>,
@@ -212,9 +233,14 @@ impl Relayer<'_> {
                    s.max_priority_fee_per_gas::text AS max_priority_fee_per_gas, s.sent_at_block
               FROM chain_submissions s
               JOIN payment_intents p ON p.merchant_id = s.merchant_id AND p.id = s.intent_id
-             WHERE s.chain_id = $1 AND s.state <> 'done'
+             WHERE (s.merchant_id, s.intent_id) IN (
+                   SELECT merchant_id, intent_id
+                     FROM (SELECT merchant_id, intent_id,
+                                  row_number() OVER (PARTITION BY state ORDER BY created_at) AS rank
+                             FROM chain_submissions
+                            WHERE chain_id = $1 AND state <> 'done') AS open
+                    WHERE rank <= $2)
              ORDER BY s.created_at
-             LIMIT $2
             "#,
             self.chain.id as i64,
             BATCH,
@@ -223,8 +249,12 @@ impl Relayer<'_> {
         .await?;
         metrics::gauge!(names::RELAYER_PENDING, "chain" => self.chain.name.clone())
             .set(open.len() as f64);
+        let mut ticked = Ticked {
+            broadcast: 0,
+            queued_left: open.iter().filter(|s| s.state == "queued").count() as i64 >= BATCH,
+        };
         if open.is_empty() {
-            return Ok(());
+            return Ok(ticked);
         }
         let head = match self.node.get_block_number().await {
             Ok(head) => head,
@@ -252,16 +282,19 @@ impl Relayer<'_> {
                 continue;
             }
             if !still_held().await? {
-                return Ok(());
+                return Ok(ticked);
             }
-            if let Err(e) = self.submit(conn, &submission, head).await {
-                record_error(conn, &submission, &e.to_string()).await?;
-                if matches!(e, RelayError::Database(_)) {
-                    return Err(e);
+            match self.submit(conn, &submission, head).await {
+                Ok(broadcast) => ticked.broadcast += usize::from(broadcast),
+                Err(e) => {
+                    record_error(conn, &submission, &e.to_string()).await?;
+                    if matches!(e, RelayError::Database(_)) {
+                        return Err(e);
+                    }
                 }
             }
         }
-        Ok(())
+        Ok(ticked)
     }
 
     /// Whether a sent transaction should be left alone: one of its hashes is mined, or it has not
@@ -286,13 +319,13 @@ impl Relayer<'_> {
 
     /// Sends the submission's authorization: a replacement at the same account nonce with higher
     /// fees if that nonce is still open, else a new transaction. A simulation first tells whether
-    /// the chain would still take it.
+    /// the chain would still take it. Whether a transaction was broadcast.
     async fn submit(
         &self,
         conn: &mut PgConnection,
         s: &Submission,
         head: u64,
-    ) -> Result<(), RelayError> {
+    ) -> Result<bool, RelayError> {
         let authorization = authorization_of(self.chain, s)?;
         let signature = PayerSignature::from_stored(&s.signature).map_err(RelayError::Signing)?;
         let input = authorization.calldata(&signature);
@@ -318,7 +351,8 @@ impl Relayer<'_> {
                     if reason.contains("authorization is used")
                         || reason.contains("authorization is expired") =>
                 {
-                    return note(conn, s, &reason).await.map_err(Into::into);
+                    note(conn, s, &reason).await?;
+                    return Ok(false);
                 }
                 other => return Err(other.into()),
             },
@@ -387,7 +421,7 @@ impl Relayer<'_> {
         metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)
             .increment(1);
         tracing::info!(chain = %self.chain.name, intent = %s.intent_id, tx = %hash, nonce = tx_nonce, max_fee, priority, kind, "authorization submitted");
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -1,0 +1,197 @@
+//! Paying an intent by EIP-3009 authorization: which intents may be paid, the document the payer
+//! signs, and the confirm that checks the signature and queues the submission, in the caller's
+//! transaction. Routes call these, and so will every other way a payer reaches us (a checkout
+//! page, an x402 facilitator), so each rule is in one place (`docs/settlement.md`).
+
+use alloy::primitives::{Address, B256, U256};
+use sqlx::PgConnection;
+
+use super::{
+    Chains,
+    tokens::{self, ResolveError},
+};
+use crate::{
+    auth::MerchantId,
+    chain::{
+        authorization::{Authorization, PayerSignature},
+        token::TokenSupport,
+    },
+    error::ApiError,
+    intents::{
+        domain::{self, IntentId},
+        repo::{self, PaymentIntent, TransitionError},
+        state::{Action, Actor},
+    },
+};
+
+/// The authorization that pays the merchant's intent `raw_id`, if it can be paid now.
+pub async fn authorization(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+) -> Result<Authorization, ApiError> {
+    let intent = payable(conn, chains, merchant, raw_id).await?;
+    authorization_of(conn, chains, &intent).await
+}
+
+/// Confirms the intent with the payer's `signature` of its authorization: `created` →
+/// `processing` and the submission queued, both in `tx`, or nothing.
+pub async fn confirm(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+    signature: &str,
+) -> Result<PaymentIntent, ApiError> {
+    let signature = PayerSignature::parse(signature)
+        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
+    let intent = payable(tx, chains, merchant, raw_id).await?;
+    let authorization = authorization_of(tx, chains, &intent).await?;
+    let signer = signature
+        .signer(&authorization.digest())
+        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
+    if signer != authorization.from {
+        return Err(ApiError::InvalidRequest(format!(
+            "signature: signed by {signer}, not by the payer {}",
+            authorization.from
+        )));
+    }
+    let actor = Actor::Merchant(merchant.as_str().to_owned());
+    let confirmed = repo::apply_paid(
+        tx,
+        merchant.as_str(),
+        &intent.id,
+        Action::Confirm,
+        &actor,
+        None,
+    )
+    .await
+    .map_err(|e| transition_error(&intent.id, e))?;
+    queue_submission(tx, merchant.as_str(), &intent.id, &authorization, signature).await?;
+    Ok(confirmed)
+}
+
+/// The intent, if it can be paid by authorization now: it exists, is `created`, and its chain is
+/// settled here.
+async fn payable(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+) -> Result<PaymentIntent, ApiError> {
+    let not_found = || ApiError::NotFound("no payment intent with that id".to_owned());
+    let id = IntentId::parse(raw_id).ok_or_else(not_found)?;
+    let intent = repo::find(conn, merchant, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    if intent.state != "created" {
+        return Err(ApiError::InvalidStateTransition(format!(
+            "payment intent {}: a {} payment intent cannot be paid",
+            intent.id, intent.state
+        )));
+    }
+    if chains.get(&intent.chain).is_none() {
+        let why = if chains.is_on() {
+            "its CHAINS setting does not name it"
+        } else {
+            "settlement is off: CHAINS is not set"
+        };
+        return Err(ApiError::ChainNotSettled(format!(
+            "payment intent {}: this server does not settle {} ({why}), so the intent cannot be paid through it",
+            intent.id, intent.chain
+        )));
+    }
+    Ok(intent)
+}
+
+/// The authorization that pays `intent`, under its token's EIP-712 domain.
+async fn authorization_of(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    intent: &PaymentIntent,
+) -> Result<Authorization, ApiError> {
+    let (endpoint, node) = chains
+        .get(&intent.chain)
+        .ok_or_else(|| ApiError::internal("payable() checked the chain"))?;
+    let address = |raw: &str| {
+        raw.parse::<Address>()
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored address {raw}: {e}")))
+    };
+    let token = address(&intent.token)?;
+    let (name, version) = match tokens::resolve(conn, endpoint, node, token).await {
+        Ok(TokenSupport::Eip3009 { name, version }) => (name, version),
+        Ok(TokenSupport::NotSupported(why)) => {
+            return Err(ApiError::TokenNotSupported(format!(
+                "token {token} on {} cannot be paid by EIP-3009 authorization: {why}",
+                intent.chain
+            )));
+        }
+        Err(ResolveError::Database(e)) => return Err(e.into()),
+        Err(ResolveError::Chain(e)) => {
+            return Err(ApiError::ChainUnavailable(format!(
+                "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
+                intent.chain
+            )));
+        }
+    };
+    let value = intent
+        .amount
+        .parse::<U256>()
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored amount: {e}")))?;
+    Ok(Authorization {
+        chain_id: endpoint.id,
+        token,
+        token_name: name,
+        token_version: version,
+        from: address(&intent.payer)?,
+        to: address(&intent.merchant)?,
+        value,
+        valid_before: valid_before(intent),
+        nonce: B256::from(domain::chain_nonce(&intent.id)),
+    })
+}
+
+/// The authorization is valid before the intent's expiry, in whole seconds rounded down.
+fn valid_before(intent: &PaymentIntent) -> u64 {
+    intent.expires_at.unix_timestamp().max(0) as u64
+}
+
+async fn queue_submission(
+    conn: &mut PgConnection,
+    merchant: &str,
+    intent: &str,
+    authorization: &Authorization,
+    signature: PayerSignature,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        INSERT INTO chain_submissions
+            (merchant_id, intent_id, chain_id, token, payer, payee, amount, valid_before, nonce, signature)
+        VALUES ($1, $2, $3, $4, $5, $6, $7::text::numeric, $8, $9, $10)
+        "#,
+        merchant,
+        intent,
+        authorization.chain_id as i64,
+        authorization.token.to_checksum(None),
+        authorization.from.to_checksum(None),
+        authorization.to.to_checksum(None),
+        authorization.value.to_string(),
+        authorization.valid_before as i64,
+        authorization.nonce.as_slice(),
+        &signature.to_bytes()[..],
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+fn transition_error(id: &str, error: TransitionError) -> ApiError {
+    match error {
+        TransitionError::NotFound => ApiError::NotFound(format!("no payment intent {id}")),
+        e @ TransitionError::Forbidden { .. } => {
+            ApiError::InvalidStateTransition(format!("payment intent {id}: {e}"))
+        }
+        TransitionError::Database(e) => e.into(),
+    }
+}
