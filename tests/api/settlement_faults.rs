@@ -300,3 +300,66 @@ async fn two_replicas_relay_and_settle_each_payment_exactly_once() {
         .unwrap();
     assert_eq!(holders, 1, "one relayer per key");
 }
+
+/// Transactions sent and waiting to be mined never keep new work waiting: with 50 of them stuck
+/// (the chain mines nothing), the relayer still sends the next confirmed intent. Driven unit by
+/// unit through the relayer's `run_once`, with no relayer inside the app.
+#[tokio::test]
+async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
+    use payments_api::{
+        chain::rpc,
+        db,
+        settlement::relayer::{Key, RelayerWorker},
+        workers::{Next, Worker},
+    };
+
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(1);
+    let app = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| s.settlement = settlement
+    })
+    .await;
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    let chain = settlement.chains[0].clone();
+    let mut relayer = RelayerWorker::new(
+        db::pool(&app.database_url, 2).unwrap(),
+        chain.clone(),
+        rpc::connect(&chain.rpc_url),
+        Key::parse(RELAYER_KEY).unwrap(),
+        &settlement,
+    );
+    let sent = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM chain_submissions WHERE state = 'sent'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap()
+    };
+
+    for _ in 0..50 {
+        create_and_confirm(&app, &anvil).await;
+    }
+    let next = relayer.run_once().await.unwrap();
+    assert_eq!(sent().await, 50);
+    assert_eq!(
+        next,
+        Next::Again,
+        "a full share that broadcast goes again at once"
+    );
+
+    let newest = create_and_confirm(&app, &anvil).await;
+    let next = relayer.run_once().await.unwrap();
+    assert_eq!(next, Next::Wait);
+    assert_eq!(
+        sent().await,
+        51,
+        "the new submission is sent beside 50 unmined ones"
+    );
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM chain_submissions WHERE intent_id = $1")
+            .bind(&newest)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(state, "sent");
+}
