@@ -1,6 +1,8 @@
-//! The double-entry ledger (`docs/settlement.md`, "Ledger"): each confirmed payment is one entry
-//! whose postings move its amount from the payer's account to the merchant's, per chain and
-//! token. The database refuses an entry that does not sum to zero, and any change to a written one.
+//! The double-entry ledger (`docs/settlement.md`, "Ledger"). An [`Entry`] books one movement of
+//! money seen on chain: its kind, its subject (the object of ours it concerns), the chain event it
+//! comes from, and postings per account, chain and token. The database refuses an entry that does
+//! not sum to zero, a second entry for the same chain event, and any change to a written one.
+//! A new way to move money adds a kind and a constructor here, never another writer.
 
 pub mod reconcile;
 pub mod routes;
@@ -9,49 +11,125 @@ use sqlx::PgConnection;
 
 pub use routes::router;
 
-/// A confirmed payment of an intent, as the chain showed it.
-pub struct Payment<'a> {
-    pub merchant_id: &'a str,
-    pub intent_id: &'a str,
+/// What an entry books. Each kind is also listed in the `ledger_entries.kind` check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A payer paid an intent.
+    Payment,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Payment => "payment",
+        }
+    }
+}
+
+/// An account of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Account<'a> {
+    /// An address that paid (or is paid back).
+    Payer(&'a str),
+    /// A merchant's funds, held at its own addresses.
+    Merchant(&'a str),
+}
+
+impl Account<'_> {
+    fn name(&self) -> String {
+        match self {
+            Self::Payer(address) => format!("payer:{address}"),
+            Self::Merchant(id) => format!("merchant:{id}"),
+        }
+    }
+}
+
+/// What one account received (positive) or gave (negative), in token base units.
+#[derive(Debug, Clone)]
+pub struct Posting<'a> {
+    pub account: Account<'a>,
+    /// Signed decimal, e.g. `-100000000`.
+    pub amount: String,
+}
+
+/// The chain event an entry comes from: a log of a transaction. One entry per event.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainEvent<'a> {
     pub chain: &'a str,
-    pub token: &'a str,
-    pub payer: &'a str,
-    /// Token base units, decimal.
-    pub amount: &'a str,
     pub transaction_hash: &'a str,
     pub log_index: i32,
 }
 
-/// Writes the payment's entry in the caller's transaction (the one that settles the intent).
-/// Returns false if this payment already has its entry.
-pub async fn record_payment(
-    conn: &mut PgConnection,
-    payment: &Payment<'_>,
-) -> Result<bool, sqlx::Error> {
+/// One movement of money, as [`post`] writes it.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    pub kind: Kind,
+    pub merchant_id: &'a str,
+    /// The intent the entry concerns.
+    pub intent_id: &'a str,
+    pub event: ChainEvent<'a>,
+    pub token: &'a str,
+    pub postings: Vec<Posting<'a>>,
+}
+
+impl<'a> Entry<'a> {
+    /// A confirmed payment of an intent: its amount from the payer to the merchant.
+    pub fn payment(
+        merchant_id: &'a str,
+        intent_id: &'a str,
+        payer: &'a str,
+        event: ChainEvent<'a>,
+        token: &'a str,
+        amount: &str,
+    ) -> Self {
+        Self {
+            kind: Kind::Payment,
+            merchant_id,
+            intent_id,
+            event,
+            token,
+            postings: vec![
+                Posting {
+                    account: Account::Payer(payer),
+                    amount: format!("-{amount}"),
+                },
+                Posting {
+                    account: Account::Merchant(merchant_id),
+                    amount: amount.to_owned(),
+                },
+            ],
+        }
+    }
+}
+
+/// Writes `entry` in the caller's transaction (the one that makes the change it books). Returns
+/// false if its chain event already has an entry.
+pub async fn post(conn: &mut PgConnection, entry: &Entry<'_>) -> Result<bool, sqlx::Error> {
+    let accounts: Vec<String> = entry.postings.iter().map(|p| p.account.name()).collect();
+    let amounts: Vec<String> = entry.postings.iter().map(|p| p.amount.clone()).collect();
     let written = sqlx::query_scalar!(
         r#"
         WITH entry AS (
-            INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
-            VALUES ($1, $2, $3, $4, $5)
+            INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index)
+            VALUES ($1, $2, $3, $4, $5, $6)
             ON CONFLICT (chain, transaction_hash, log_index) DO NOTHING
             RETURNING id
         ), postings AS (
             INSERT INTO ledger_postings (entry_id, account, chain, token, amount)
-            SELECT entry.id, side.account, $3, $6, side.amount
-              FROM entry,
-                   (VALUES ('payer:' || $7, -($8::text::numeric)),
-                           ('merchant:' || $1, $8::text::numeric)) AS side (account, amount)
+            SELECT entry.id, side.account, $4, $7, side.amount::numeric
+              FROM entry, unnest($8::text[], $9::text[]) AS side (account, amount)
         )
         SELECT count(*) AS "written!" FROM entry
         "#,
-        payment.merchant_id,
-        payment.intent_id,
-        payment.chain,
-        payment.transaction_hash,
-        payment.log_index,
-        payment.token,
-        payment.payer,
-        payment.amount,
+        entry.kind.as_str(),
+        entry.merchant_id,
+        entry.intent_id,
+        entry.event.chain,
+        entry.event.transaction_hash,
+        entry.event.log_index,
+        entry.token,
+        &accounts,
+        &amounts,
     )
     .fetch_one(conn)
     .await?;

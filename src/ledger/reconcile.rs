@@ -13,6 +13,8 @@ use alloy::{
 };
 use sqlx::PgConnection;
 
+use super::Kind;
+
 use crate::{
     chain::{rpc::Node, token::Eip3009},
     config::ChainEndpoint,
@@ -45,9 +47,10 @@ pub async fn reconcile(
         SELECT e.transaction_hash, e.log_index, e.intent_id, p.amount::text AS "amount!"
           FROM ledger_entries e
           JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE 'merchant:%'
-         WHERE e.chain = $1
+         WHERE e.chain = $1 AND e.kind = $2
         "#,
         chain.name,
+        Kind::Payment.as_str(),
     )
     .fetch_all(&mut *conn)
     .await?

@@ -550,17 +550,20 @@ async fn settle_confirmed(
         if let (true, Some(payer), Some(amount)) =
             (o.pays_intent, &o.transfer_from, &o.transfer_value)
         {
-            let payment = ledger::Payment {
-                merchant_id: &o.merchant_id,
-                intent_id: &o.intent_id,
+            let event = ledger::ChainEvent {
                 chain: &chain.name,
-                token: &o.token,
-                payer,
-                amount,
                 transaction_hash: &o.transaction_hash,
                 log_index: o.log_index,
             };
-            ledger::record_payment(&mut tx, &payment).await?;
+            let payment = ledger::Entry::payment(
+                &o.merchant_id,
+                &o.intent_id,
+                payer,
+                event,
+                &o.token,
+                amount,
+            );
+            ledger::post(&mut tx, &payment).await?;
         }
         sqlx::query!(
             "UPDATE chain_observations SET applied_at = now() WHERE chain_id = $1 AND transaction_hash = $2 AND log_index = $3",

@@ -446,8 +446,8 @@ async fn the_ledger_refuses_an_entry_that_does_not_balance_and_any_change() {
     async fn book(app: &TestApp, id: &str, hash: &str, postings: &str) -> Result<i64, sqlx::Error> {
         let mut tx = app.db.begin().await?;
         let entry: i64 = sqlx::query_scalar(
-            "INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
-             VALUES ('merchant_demo', $1, 'evm:31337', $2, 0) RETURNING id",
+            "INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index)
+             VALUES ('payment', 'merchant_demo', $1, 'evm:31337', $2, 0) RETURNING id",
         )
         .bind(id)
         .bind(hash)
@@ -526,8 +526,8 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
     // And a booking with no payment behind it.
     let phantom = unsettled.create_intent_id(SEED_BODY).await;
     sqlx::query(
-        "WITH e AS (INSERT INTO ledger_entries (merchant_id, intent_id, chain, transaction_hash, log_index)
-                    VALUES ('merchant_demo', $1, 'evm:31337', '0xfeed', 0) RETURNING id)
+        "WITH e AS (INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index)
+                    VALUES ('payment', 'merchant_demo', $1, 'evm:31337', '0xfeed', 0) RETURNING id)
          INSERT INTO ledger_postings SELECT id, a, 'evm:31337', $2, n FROM e,
                 (VALUES ('merchant:merchant_demo', 7::numeric), ('payer:0xP', -7::numeric)) AS s (a, n)",
     )
