@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use alloy::{
     consensus::TxEnvelope,
-    eips::{BlockId, eip2718::Encodable2718},
+    eips::{BlockId, eip1559::Eip1559Estimation, eip2718::Encodable2718},
     network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder},
     primitives::{Address, B256, U256},
     providers::Provider,
@@ -16,6 +16,7 @@ use alloy::{
     signers::local::PrivateKeySigner,
 };
 use sqlx::PgConnection;
+use tokio::sync::OnceCell;
 
 use crate::{
     chain::{
@@ -256,6 +257,8 @@ impl Relayer<'_> {
         if open.is_empty() {
             return Ok(ticked);
         }
+        // The node's fee estimate, asked once per tick: it moves with blocks, not with sends.
+        let fees = OnceCell::new();
         let head = match self.node.get_block_number().await {
             Ok(head) => head,
             Err(e) => {
@@ -284,7 +287,7 @@ impl Relayer<'_> {
             if !still_held().await? {
                 return Ok(ticked);
             }
-            match self.submit(conn, &submission, head).await {
+            match self.submit(conn, &submission, head, &fees).await {
                 Ok(broadcast) => ticked.broadcast += usize::from(broadcast),
                 Err(e) => {
                     record_error(conn, &submission, &e.to_string()).await?;
@@ -325,6 +328,7 @@ impl Relayer<'_> {
         conn: &mut PgConnection,
         s: &Submission,
         head: u64,
+        fees: &OnceCell<Eip1559Estimation>,
     ) -> Result<bool, RelayError> {
         let authorization = authorization_of(self.chain, s)?;
         let signature = PayerSignature::from_stored(&s.signature).map_err(RelayError::Signing)?;
@@ -357,13 +361,23 @@ impl Relayer<'_> {
                 other => return Err(other.into()),
             },
         }
-        let latest_nonce = self.node.get_transaction_count(from).await?;
-        let replacing = s.state == "sent" && s.tx_nonce.is_some_and(|n| n as u64 >= latest_nonce);
+        // Only a sent submission can be replaced: while the chain has not passed its nonce.
+        let replacing = match (s.state.as_str(), s.tx_nonce) {
+            ("sent", Some(n)) => n as u64 >= self.node.get_transaction_count(from).await?,
+            _ => false,
+        };
         let tx_nonce = match (replacing, s.tx_nonce) {
             (true, Some(n)) => n as u64,
             _ => self.node.get_transaction_count(from).pending().await?,
         };
-        let estimate = self.node.estimate_eip1559_fees().await?;
+        let estimate = *fees
+            .get_or_try_init(|| async {
+                self.node
+                    .estimate_eip1559_fees()
+                    .await
+                    .map_err(RelayError::from)
+            })
+            .await?;
         let (mut max_fee, mut priority) =
             (estimate.max_fee_per_gas, estimate.max_priority_fee_per_gas);
         if replacing {
