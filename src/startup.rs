@@ -30,6 +30,7 @@ pub struct Application {
     relayer_key: Option<settlement::relayer::Key>,
     bootstrap: auth::Bootstrap,
     workers: Workers,
+    database_url: String,
 }
 
 impl Application {
@@ -70,6 +71,7 @@ impl Application {
             relayer_key,
             bootstrap,
             workers,
+            database_url: settings.database_url.clone(),
         })
     }
 
@@ -118,7 +120,13 @@ impl Application {
                 move || DeliveryWorker::new(pool.clone(), settings)
             });
         }
-        settlement::spawn(workers, pool, &self.settlement, self.relayer_key.take());
+        settlement::spawn(
+            workers,
+            pool,
+            &self.database_url,
+            &self.settlement,
+            self.relayer_key.take(),
+        );
     }
 }
 

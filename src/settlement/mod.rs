@@ -7,14 +7,18 @@
 //! - `routes`: `GET …/authorization`, `POST …/confirm`, over `payments`
 //! - `relayer`: submits queued authorizations, one relayer per key across replicas
 //! - `listener`: cursor, confirmations, reorgs, settlement and expiry by chain time
+//! - `wakeup`: wakes a chain's relayer when a confirm commits, instead of at its next poll
 
 pub mod listener;
 pub mod payments;
 pub mod relayer;
 pub mod routes;
 pub mod tokens;
+pub mod wakeup;
 
 use std::{collections::HashMap, sync::Arc};
+
+use tokio::sync::Notify;
 
 use crate::{
     chain::rpc::{self, Node},
@@ -68,15 +72,18 @@ impl Chains {
     }
 }
 
-/// Starts a listener per served chain, and a relayer per chain when a relayer key is set.
+/// Starts a listener per served chain, and when a relayer key is set a relayer per chain and the
+/// worker that wakes them when a confirm commits.
 pub fn spawn(
     workers: &mut Workers,
     pool: &Pool,
+    database_url: &str,
     chains: &Chains,
     relayer_key: Option<relayer::Key>,
 ) {
     let settings = chains.settings.clone();
     let schedule = Schedule::every(settings.poll_interval);
+    let mut wakes = HashMap::new();
     for (endpoint, node) in chains.nodes.values() {
         let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
         let confirmations = settings.confirmations;
@@ -88,9 +95,12 @@ pub fn spawn(
         });
         if let Some(key) = &relayer_key {
             let (key, settings) = (key.clone(), settings.clone());
-            workers.spawn(
+            let wake = Arc::new(Notify::new());
+            wakes.insert(endpoint.id, wake.clone());
+            workers.spawn_woken(
                 format!("relayer of {}", endpoint.name),
                 schedule,
+                wake,
                 move || {
                     relayer::RelayerWorker::new(
                         pool.clone(),
@@ -102,5 +112,13 @@ pub fn spawn(
                 },
             );
         }
+    }
+    if !wakes.is_empty() {
+        let (database_url, wakes) = (database_url.to_owned(), Arc::new(wakes));
+        workers.spawn(
+            "relayer wake-up",
+            wakeup::WakeupWorker::schedule(),
+            move || wakeup::WakeupWorker::new(database_url.clone(), wakes.clone()),
+        );
     }
 }

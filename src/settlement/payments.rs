@@ -164,11 +164,17 @@ async fn queue_submission(
     authorization: &Authorization,
     signature: PayerSignature,
 ) -> Result<(), sqlx::Error> {
+    // The notification wakes this chain's relayer at commit, instead of at its next poll; a
+    // transaction that rolls back wakes nobody (`docs/settlement.md`, "Relayer").
     sqlx::query!(
         r#"
-        INSERT INTO chain_submissions
-            (merchant_id, intent_id, chain_id, token, payer, payee, amount, valid_before, nonce, signature)
-        VALUES ($1, $2, $3, $4, $5, $6, $7::text::numeric, $8, $9, $10)
+        WITH queued AS (
+            INSERT INTO chain_submissions
+                (merchant_id, intent_id, chain_id, token, payer, payee, amount, valid_before, nonce, signature)
+            VALUES ($1, $2, $3, $4, $5, $6, $7::text::numeric, $8, $9, $10)
+            RETURNING chain_id
+        )
+        SELECT pg_notify('chain_submissions', chain_id::text) FROM queued
         "#,
         merchant,
         intent,

@@ -47,6 +47,15 @@ impl Failed {
     }
 }
 
+impl From<anyhow::Error> for Failed {
+    fn from(error: anyhow::Error) -> Self {
+        Self {
+            error: error.into(),
+            advice: None,
+        }
+    }
+}
+
 /// A database error is seen by the pool (`db::observe`), and carries the command to run when the
 /// database is missing or not migrated.
 impl From<sqlx::Error> for Failed {

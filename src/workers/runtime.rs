@@ -8,7 +8,10 @@ use std::{
 };
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use tokio::{sync::watch, task::JoinHandle};
+use tokio::{
+    sync::{Notify, watch},
+    task::JoinHandle,
+};
 
 use super::{Next, Outage, WORKER_LAST_TICK, WORKER_RESTARTS, Worker};
 
@@ -105,12 +108,30 @@ impl Workers {
         W: Worker,
         F: FnMut() -> W + Send + 'static,
     {
+        self.spawn_woken(name, schedule, Arc::new(Notify::new()), make);
+    }
+
+    /// [`Workers::spawn`], for a worker that `wake` can call to its next unit before its wait
+    /// is over (new work was committed for it).
+    pub fn spawn_woken<W, F>(
+        &mut self,
+        name: impl Into<String>,
+        schedule: Schedule,
+        wake: Arc<Notify>,
+        make: F,
+    ) where
+        W: Worker,
+        F: FnMut() -> W + Send + 'static,
+    {
         let name = name.into();
         let task = tokio::spawn(supervise(
             name.clone(),
             schedule,
             make,
-            self.stop.subscribe(),
+            Waits {
+                stop: self.stop.subscribe(),
+                wake,
+            },
             self.heartbeats.clone(),
         ));
         self.tasks.push((name, task));
@@ -138,7 +159,7 @@ async fn supervise<W, F>(
     name: String,
     schedule: Schedule,
     mut make: F,
-    mut stop: watch::Receiver<bool>,
+    mut waits: Waits,
     heartbeats: Heartbeats,
 ) where
     W: Worker,
@@ -151,7 +172,7 @@ async fn supervise<W, F>(
             name.clone(),
             schedule,
             make(),
-            stop.clone(),
+            waits.clone(),
             heartbeats.clone(),
         )));
         let panic = match (&mut run.0).await {
@@ -166,7 +187,8 @@ async fn supervise<W, F>(
         metrics::counter!(WORKER_RESTARTS, "worker" => name.clone()).increment(1);
         tracing::error!(worker = %name, panic = %panic, "{name} panicked; restarting it in {} ms", pause.as_millis());
         heartbeats.expect_by(&name, Instant::now() + pause + schedule.patience);
-        if stopped_within(&mut stop, pause).await {
+        // A wake-up does not cut a pause short: a worker that panics on new work would spin.
+        if waits.stopped_within(pause, false).await {
             break;
         }
     }
@@ -187,14 +209,14 @@ async fn drive<W: Worker>(
     name: String,
     schedule: Schedule,
     mut worker: W,
-    mut stop: watch::Receiver<bool>,
+    mut waits: Waits,
     heartbeats: Heartbeats,
 ) {
     let mut outage = Outage::new(name.clone(), schedule.period);
     let mut wait = schedule.first_after;
     loop {
         heartbeats.expect_by(&name, Instant::now() + wait + schedule.patience);
-        if stopped_within(&mut stop, wait).await {
+        if waits.stopped_within(wait, true).await {
             return;
         }
         let started = Instant::now();
@@ -215,18 +237,37 @@ async fn drive<W: Worker>(
     }
 }
 
-/// Waits `wait`, or less if asked to stop; whether it was.
-async fn stopped_within(stop: &mut watch::Receiver<bool>, wait: Duration) -> bool {
-    if *stop.borrow() {
-        return true;
-    }
-    if wait.is_zero() {
-        return false;
-    }
-    tokio::select! {
-        // A dropped sender is a stop too: nobody is left to run for.
-        changed = stop.changed() => changed.is_err() || *stop.borrow(),
-        () = tokio::time::sleep(wait) => *stop.borrow(),
+/// What ends a worker's wait early: a stop, or a wake-up.
+#[derive(Clone)]
+struct Waits {
+    stop: watch::Receiver<bool>,
+    wake: Arc<Notify>,
+}
+
+impl Waits {
+    /// Waits `wait`, or less if asked to stop (or woken, if `wakeable`); whether it was asked
+    /// to stop.
+    async fn stopped_within(&mut self, wait: Duration, wakeable: bool) -> bool {
+        if *self.stop.borrow() {
+            return true;
+        }
+        if wait.is_zero() {
+            return false;
+        }
+        let wake = self.wake.clone();
+        let woken = async move {
+            if wakeable {
+                wake.notified().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            // A dropped sender is a stop too: nobody is left to run for.
+            changed = self.stop.changed() => changed.is_err() || *self.stop.borrow(),
+            () = woken => *self.stop.borrow(),
+            () = tokio::time::sleep(wait) => *self.stop.borrow(),
+        }
     }
 }
 

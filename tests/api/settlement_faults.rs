@@ -363,3 +363,52 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
             .unwrap();
     assert_eq!(state, "sent");
 }
+
+/// A confirm wakes the relayer when it commits: with a poll interval of a minute, the submission
+/// is still sent within moments (a `NOTIFY` in the confirm's transaction, passed on by the
+/// replica's listening connection).
+#[tokio::test]
+async fn a_confirm_wakes_the_relayer_instead_of_waiting_for_its_poll() {
+    let anvil = Anvil::start().await;
+    let mut settlement = anvil.settlement(1);
+    settlement.poll_interval = Duration::from_secs(60);
+    settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    let app = TestApp::spawn_with(move |s| s.settlement = settlement).await;
+    let database = app.database_url.rsplit('/').next().unwrap().to_owned();
+    let listening = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN%'",
+        )
+        .bind(&database)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while listening().await == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica never listens"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let id = create_and_confirm(&app, &anvil).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let state: String =
+            sqlx::query_scalar("SELECT state FROM chain_submissions WHERE intent_id = $1")
+                .bind(&id)
+                .fetch_one(&app.db)
+                .await
+                .unwrap();
+        if state == "sent" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not sent 20 s after the confirm, with a poll of 60 s: nothing woke the relayer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
