@@ -12,7 +12,7 @@ mod runtime;
 
 use std::{future::Future, time::Duration};
 
-pub use outage::{Outage, REMIND_EVERY};
+pub use outage::Outage;
 pub use runtime::{Heartbeats, Schedule, Workers};
 
 /// `worker_last_tick_seconds{worker}`: the Unix time at which the worker last finished a unit.
