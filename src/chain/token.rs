@@ -98,10 +98,11 @@ pub fn eip712_domain(name: &str, version: &str, chain_id: u64, token: Address) -
 
 sol! {
     /// EIP-3009 as every such token has it (USDC included): the v, r, s form of
-    /// `transferWithAuthorization`, and the events the listener reads.
+    /// `transferWithAuthorization`, and the events the payment watch reads.
     interface Eip3009 {
         function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external;
         event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+        event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
         event Transfer(address indexed from, address indexed to, uint256 value);
     }
 }

@@ -296,8 +296,10 @@ pub async fn expire_due(
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
                    AND ($8::text IS NULL OR chain = $8)
                    AND chain <> ALL($9::text[])
+                   -- A nonce use seen on chain (settlement::watch) is the chain's to settle.
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
-                                    WHERE o.merchant_id = p.merchant_id AND o.intent_id = p.id)
+                                    WHERE o.kind IN ('authorization_used', 'authorization_canceled')
+                                      AND o.subject = p.id)
                  ORDER BY expires_at
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED

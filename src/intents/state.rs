@@ -1,6 +1,6 @@
 //! The intent state machine. Its whole behaviour is the [`TRANSITIONS`] table: the settlement
 //! states (`processing`, `succeeded`, `failed`) are variants and rows here; handlers, the
-//! repository, the sweeper and the chain listener only ask it (`docs/settlement.md`).
+//! repository, the sweeper and the payment watch only ask it (`docs/settlement.md`).
 
 use std::fmt;
 

@@ -1,33 +1,36 @@
 //! Intents paid on chain (`docs/settlement.md`): the authorization a payer signs and its confirm,
-//! the relayer that submits it, and the listener that follows each chain and settles intents once
-//! their payment is confirmed. The chain is the source of truth; PostgreSQL holds our view of it.
+//! the relayer that submits it, and the watch that the chain follower (`chain::follower`) runs
+//! for intents, which settles them once their payment is confirmed. The chain is the source of truth; PostgreSQL holds our view of it.
 //!
 //! - `tokens`: the tokens read from chains, kept in PostgreSQL
 //! - `payments`: the rules of paying an intent (what may be paid, the document, confirm)
 //! - `routes`: `GET …/authorization`, `POST …/confirm`, over `payments`
 //! - `relayer`: submits queued authorizations, one relayer per key across replicas
-//! - `listener`: cursor, confirmations, reorgs, settlement and expiry by chain time
+//! - `watch`: what the follower looks for (nonce uses), settlement and expiry by chain time
 //! - `wakeup`: wakes a chain's relayer when a confirm commits, instead of at its next poll
 
-pub mod listener;
 pub mod payments;
 pub mod relayer;
 pub mod routes;
 pub mod tokens;
 pub mod wakeup;
+pub mod watch;
 
 use std::{collections::HashMap, sync::Arc};
 
 use tokio::sync::Notify;
 
 use crate::{
-    chain::rpc::{self, Node},
+    chain::{
+        follower::Follower,
+        rpc::{self, Node},
+    },
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
     workers::{Schedule, Workers},
 };
 
-/// The served chains and a node for each: what the routes, relayer and listener share.
+/// The served chains and a node for each: what the routes, relayer and follower share.
 #[derive(Clone)]
 pub struct Chains {
     pub settings: Arc<SettlementSettings>,
@@ -72,7 +75,7 @@ impl Chains {
     }
 }
 
-/// Starts a listener per served chain, and when a relayer key is set a relayer per chain and the
+/// Starts a follower with the payment watch per served chain, and when a relayer key is set a relayer per chain and the
 /// worker that wakes them when a confirm commits.
 pub fn spawn(
     workers: &mut Workers,
@@ -87,10 +90,16 @@ pub fn spawn(
     for (endpoint, node) in chains.nodes.values() {
         let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
         let confirmations = settings.confirmations;
-        workers.spawn(format!("listener of {}", endpoint.name), schedule, {
+        workers.spawn(format!("follower of {}", endpoint.name), schedule, {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
             move || {
-                listener::Listener::new(pool.clone(), endpoint.clone(), node.clone(), confirmations)
+                Follower::new(
+                    pool.clone(),
+                    endpoint.clone(),
+                    node.clone(),
+                    confirmations,
+                    watch::PaymentWatch,
+                )
             }
         });
         if let Some(key) = &relayer_key {

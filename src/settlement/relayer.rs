@@ -271,7 +271,7 @@ impl Relayer<'_> {
             }
         };
         for submission in open {
-            // The listener decided: the intent is paid, failed or expired. Nothing left to send.
+            // The payment watch decided: the intent is paid, failed or expired. Nothing left to send.
             if submission.intent_state != "processing" {
                 finish(
                     conn,
@@ -308,7 +308,7 @@ impl Relayer<'_> {
                 .parse()
                 .map_err(|e| RelayError::Signing(format!("stored hash: {e}")))?;
             if let Some(receipt) = self.node.get_transaction_receipt(hash).await? {
-                // Mined and it did its work: the listener takes over. A reverted one (someone
+                // Mined and it did its work: the follower takes over. A reverted one (someone
                 // else used the authorization first) is checked again by simulation below.
                 if receipt.status() {
                     return Ok(true);
@@ -348,7 +348,7 @@ impl Relayer<'_> {
         {
             Ok(_) => {}
             Err(e) => match ChainError::from(e) {
-                // Used or expired on chain: nothing to send. The listener moves the intent once
+                // Used or expired on chain: nothing to send. The payment watch moves the intent once
                 // the block is confirmed; until then a reorg could still undo it, so the
                 // submission stays open and is looked at again.
                 ChainError::Reverted { reason }

@@ -58,7 +58,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     // Mined but not yet confirmed: still processing.
     app.wait_until(
         "the listener saw it",
-        &format!("EXISTS (SELECT 1 FROM chain_observations WHERE intent_id = '{id}')"),
+        &format!("EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}')"),
     )
     .await;
     assert_eq!(app.state_of(&id).await, "processing");
@@ -252,7 +252,7 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     let signature = anvil.sign(PAYER_KEY, &typed);
     let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
     anvil.submit_as_payer(&typed, &signature);
-    let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE intent_id = '{id}')");
+    let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}')");
     app.wait_until("the listener saw the payment", &observed)
         .await;
     // The block is orphaned: the chain goes back and grows other blocks at the same heights.
@@ -390,6 +390,85 @@ async fn a_nonce_burned_on_another_amount_fails_the_intent() {
     );
     assert_eq!(anvil.balance(PAYEE) - before, 1);
     assert_eq!(anvil.balance(PAYER), 1_000_000_000_000 - 1);
+}
+
+#[tokio::test]
+async fn a_payer_who_cancels_the_authorization_on_chain_fails_the_intent() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2, false).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    anvil.cancel_as_payer(&typed);
+    anvil.mine(2).await;
+    app.wait_for_state(&id, "failed").await;
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["failure_reason"],
+        "nonce_used_otherwise"
+    );
+    let kind: String = sqlx::query_scalar("SELECT kind FROM chain_observations WHERE subject = $1")
+        .bind(&id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(kind, "authorization_canceled");
+    // The canceled authorization can pay nothing any more.
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    assert_eq!(app.confirm(&id, &signature).await.status, 409);
+}
+
+/// The follower reads the blocks it missed as one range of logs: a payment made 300 blocks below
+/// the head while no follower ran is found, and settled, by a single `run_once`, which stores only
+/// the few blocks it needs (the range's ends, the one it confirms, the one with the payment).
+#[tokio::test]
+async fn a_follower_catches_up_over_a_range_of_blocks_in_one_tick() {
+    use payments_api::{
+        chain::{follower::Follower, rpc},
+        db,
+        settlement::watch::PaymentWatch,
+        workers::Worker,
+    };
+
+    let anvil = Anvil::start().await;
+    let mut settlement = anvil.settlement(1);
+    // The app's own follower ticks once at start, then not for an hour.
+    settlement.poll_interval = std::time::Duration::from_secs(3600);
+    let app = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| s.settlement = settlement
+    })
+    .await;
+    app.wait_until(
+        "the app's follower placed its cursor",
+        "EXISTS (SELECT 1 FROM chain_cursors)",
+    )
+    .await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(300).await;
+    let head = anvil.block_number().await;
+
+    let chain = settlement.chains[0].clone();
+    let mut follower = Follower::new(
+        db::pool(&app.database_url, 2).unwrap(),
+        chain.clone(),
+        rpc::connect(&chain.rpc_url),
+        1,
+        PaymentWatch,
+    );
+    follower.run_once().await.unwrap();
+    let cursor: i64 = sqlx::query_scalar("SELECT block_number FROM chain_cursors")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(cursor as u64, head, "one tick reached the head");
+    assert_eq!(app.state_of(&id).await, "succeeded");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM chain_blocks")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(stored <= 5, "{stored} blocks stored");
 }
 
 #[tokio::test]

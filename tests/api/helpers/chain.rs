@@ -167,6 +167,39 @@ impl Anvil {
             signature,
         ])
     }
+
+    /// The payer cancels the authorization in `typed_data` on chain (EIP-3009
+    /// `cancelAuthorization`), signed by cast.
+    pub fn cancel_as_payer(&self, typed_data: &Value) -> String {
+        let mut types = typed_data["types"].clone();
+        types["CancelAuthorization"] = json!([
+            {"name": "authorizer", "type": "address"},
+            {"name": "nonce", "type": "bytes32"},
+        ]);
+        let m = &typed_data["message"];
+        let cancel = json!({
+            "types": types,
+            "primaryType": "CancelAuthorization",
+            "domain": typed_data["domain"],
+            "message": {"authorizer": m["from"], "nonce": m["nonce"]},
+        });
+        let signature = self.sign(PAYER_KEY, &cancel);
+        let hex = signature.trim_start_matches("0x");
+        let (r, s, v) = (&hex[..64], &hex[64..128], &hex[128..130]);
+        let v = u8::from_str_radix(v, 16).unwrap().to_string();
+        self.cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            TOKEN,
+            "cancelAuthorization(address,bytes32,uint8,bytes32,bytes32)",
+            m["from"].as_str().unwrap(),
+            m["nonce"].as_str().unwrap(),
+            &v,
+            &format!("0x{r}"),
+            &format!("0x{s}"),
+        ])
+    }
 }
 
 impl Drop for Anvil {

@@ -1,0 +1,628 @@
+//! The chain follower, one per served chain in every replica: it follows blocks from a cursor in
+//! PostgreSQL, fetching the logs its [`Watch`] wants over block ranges, records what the watch
+//! makes of them once (unique by chain, transaction, log index), rewinds over orphaned blocks,
+//! halts when the chain was reset under it, and hands each observation back to the watch once its
+//! block has `CHAIN_CONFIRMATIONS` (`docs/settlement.md`, "Follower and watches"). Replicas share
+//! the work safely: the cursor only moves by compare-and-set, and an observation is applied once.
+//!
+//! It knows nothing of intents: what to look for and what a confirmed log changes is the watch's.
+
+use std::{collections::BTreeMap, future::Future, time::Duration};
+
+use alloy::{
+    eips::BlockNumberOrTag,
+    primitives::{Address, B256},
+    providers::Provider,
+    rpc::types::{Filter, Log},
+};
+use serde_json::Value;
+use sqlx::{Connection, PgConnection, types::Json};
+
+use super::rpc::{ChainError, Node};
+use crate::{
+    config::ChainEndpoint,
+    db::Pool,
+    telemetry::metrics as names,
+    workers::{Failed, Next, Worker},
+};
+
+/// Blocks followed per tick, in one `eth_getLogs` range, so one tick stays short after an outage
+/// and within what public nodes serve per call; the rest waits a tick.
+const MAX_BLOCKS_PER_TICK: u64 = 500;
+/// Blocks kept below the confirmation depth to detect a reorg reaching that deep.
+const KEPT_BELOW_CONFIRMED: i64 = 64;
+/// Where a follower with no cursor starts: this many blocks below the head.
+const START_BELOW_HEAD: u64 = 256;
+
+/// The logs a watch wants now: emitted by one of `addresses`, with one of `events` as topic 0.
+#[derive(Debug, Clone, Default)]
+pub struct Interest {
+    pub addresses: Vec<Address>,
+    pub events: Vec<B256>,
+}
+
+/// What a watch makes of a log: a fact of `kind` about `subject`, with a payload only it reads.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub kind: &'static str,
+    pub subject: String,
+    pub payload: Value,
+}
+
+/// An observation as stored, handed back to its watch once its block is confirmed.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub transaction_hash: String,
+    pub log_index: i32,
+    pub block_number: i64,
+    pub block_timestamp: i64,
+    pub kind: String,
+    pub subject: String,
+    pub payload: Value,
+}
+
+/// The newest confirmed block the follower knows of.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfirmedBlock {
+    pub number: i64,
+    pub timestamp: i64,
+}
+
+/// What a chain is watched for. Each method runs in the follower's tick; all state that matters
+/// is in PostgreSQL, so a tick cut short is done again.
+pub trait Watch: Send + Sync + 'static {
+    /// The logs wanted on `chain` now (read each tick: the tokens in use change).
+    fn interest(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+    ) -> impl Future<Output = Result<Interest, sqlx::Error>> + Send;
+
+    /// What a log matching the interest means, if anything.
+    fn observe(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        log: &Log,
+    ) -> impl Future<Output = Result<Option<Observed>, FollowError>> + Send;
+
+    /// The state change of a confirmed observation, in `tx` (which also marks it applied); the
+    /// outcome names it in `settlements_total`.
+    fn apply(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        observation: &Observation,
+    ) -> impl Future<Output = Result<&'static str, sqlx::Error>> + Send;
+
+    /// Work that follows the confirmed chain's time (expiry), after the observations are applied.
+    fn confirmed(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        block: ConfirmedBlock,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// The follower of one chain as a [`Worker`]: one tick per unit, every `CHAIN_POLL_INTERVAL_MS`.
+pub struct Follower<W> {
+    pool: Pool,
+    chain: ChainEndpoint,
+    node: Node,
+    confirmations: u64,
+    watch: W,
+}
+
+impl<W: Watch> Follower<W> {
+    pub fn new(pool: Pool, chain: ChainEndpoint, node: Node, confirmations: u64, watch: W) -> Self {
+        Self {
+            pool,
+            chain,
+            node,
+            confirmations,
+            watch,
+        }
+    }
+}
+
+impl<W: Watch> Worker for Follower<W> {
+    async fn run_once(&mut self) -> Result<Next, Failed> {
+        match self.tick().await {
+            Ok(()) => Ok(Next::Wait),
+            Err(FollowError::Halted(why)) => {
+                let label = self.chain.name.clone();
+                metrics::gauge!(names::CHAIN_LISTENER_HALTED, "chain" => label.clone()).set(1.0);
+                tracing::error!(chain = %label, "settlement stopped on this chain: {why}");
+                // Stays stopped: confirmed history is never rewritten. Checked again each minute
+                // so the log keeps saying why.
+                Ok(Next::WaitFor(Duration::from_secs(60)))
+            }
+            Err(FollowError::Database(e)) => Err(e.into()),
+            Err(e) => Err(Failed::new(e)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("{0}")]
+    Halted(String),
+}
+
+impl From<alloy::transports::TransportError> for FollowError {
+    fn from(e: alloy::transports::TransportError) -> Self {
+        Self::Chain(e.into())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Cursor {
+    number: i64,
+    hash: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    number: u64,
+    hash: B256,
+    parent_hash: B256,
+    timestamp: u64,
+}
+
+impl<W: Watch> Follower<W> {
+    /// One round: catch up with the chain, apply what is confirmed, then the confirmed time's work.
+    async fn tick(&self) -> Result<(), FollowError> {
+        let mut conn = self.pool.acquire().await.map_err(FollowError::Database)?;
+        let conn = &mut *conn;
+        let label = self.chain.name.clone();
+        let head = self.node.get_block_number().await?;
+        metrics::gauge!(names::CHAIN_HEAD, "chain" => label.clone()).set(head as f64);
+        let mut cursor = match load_cursor(conn, self.chain.id).await? {
+            Some(cursor) => cursor,
+            None => self.start(conn, head).await?,
+        };
+        cursor = self.rewind_if_reorged(conn, cursor).await?;
+        if (cursor.number as u64) < head {
+            let until = head.min(cursor.number as u64 + MAX_BLOCKS_PER_TICK);
+            // None: a reorg or another replica moved on; the next tick starts from the stored cursor.
+            if let Some(next) = self.follow(conn, &cursor, until).await? {
+                cursor = next;
+            }
+        }
+        metrics::gauge!(names::CHAIN_LISTENER_LAG, "chain" => label)
+            .set(head.saturating_sub(cursor.number as u64) as f64);
+        let confirmed = cursor.number - self.confirmations as i64 + 1;
+        if confirmed >= 0 {
+            self.apply_confirmed(conn, confirmed).await?;
+            if let Some(block) = newest_block_at_most(conn, self.chain.id, confirmed).await? {
+                self.watch.confirmed(conn, &self.chain, block).await?;
+            }
+            sqlx::query!(
+                "DELETE FROM chain_blocks WHERE chain_id = $1 AND number < $2",
+                self.chain.id as i64,
+                confirmed - KEPT_BELOW_CONFIRMED,
+            )
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The first cursor: a little below the head, after checking the node serves the chain.
+    async fn start(&self, conn: &mut PgConnection, head: u64) -> Result<Cursor, FollowError> {
+        let served = self.node.get_chain_id().await?;
+        if served != self.chain.id {
+            return Err(FollowError::Halted(format!(
+                "the node at {} serves chain {served}, not {}",
+                self.chain.rpc_url, self.chain.name
+            )));
+        }
+        let number = head.saturating_sub(START_BELOW_HEAD);
+        let block = header(&self.node, number)
+            .await?
+            .ok_or_else(|| ChainError::Refused(format!("block {number} is missing")))?;
+        sqlx::query!(
+            "INSERT INTO chain_cursors (chain_id, block_number, block_hash) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            self.chain.id as i64,
+            number as i64,
+            block.hash.to_string(),
+        )
+        .execute(&mut *conn)
+        .await?;
+        store_block(conn, self.chain.id, &block).await?;
+        load_cursor(conn, self.chain.id)
+            .await?
+            .ok_or_else(|| FollowError::Halted("the cursor vanished".to_owned()))
+    }
+
+    /// If the chain no longer has the cursor's block, steps back over the orphaned blocks,
+    /// dropping what was observed in them, until the cursor is on the chain again.
+    async fn rewind_if_reorged(
+        &self,
+        conn: &mut PgConnection,
+        mut cursor: Cursor,
+    ) -> Result<Cursor, FollowError> {
+        loop {
+            let on_chain = header(&self.node, cursor.number as u64).await?;
+            if on_chain.is_some_and(|block| block.hash.to_string() == cursor.hash) {
+                return Ok(cursor);
+            }
+            cursor = self.step_back(conn, &cursor).await?;
+        }
+    }
+
+    /// Drops the cursor's block and its unconfirmed observations; the cursor moves to the stored
+    /// block before it (every block with an observation is stored, so nothing observed is
+    /// skipped). Only unconfirmed observations can be dropped: a reorg that would orphan an
+    /// applied one halts the follower.
+    async fn step_back(
+        &self,
+        conn: &mut PgConnection,
+        cursor: &Cursor,
+    ) -> Result<Cursor, FollowError> {
+        let chain_id = self.chain.id as i64;
+        let mut tx = conn.begin().await?;
+        // Replicas step back together after a reorg: the cursor row is locked, and one that
+        // another replica already moved is left to the next round, which starts from there.
+        let current = sqlx::query!(
+            "SELECT block_number, block_hash FROM chain_cursors WHERE chain_id = $1 FOR UPDATE",
+            chain_id
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if (current.block_number, current.block_hash.as_str())
+            != (cursor.number, cursor.hash.as_str())
+        {
+            return Ok(Cursor {
+                number: current.block_number,
+                hash: current.block_hash,
+            });
+        }
+        let parent = sqlx::query!(
+            "SELECT number, hash FROM chain_blocks WHERE chain_id = $1 AND number < $2
+              ORDER BY number DESC LIMIT 1",
+            chain_id,
+            cursor.number,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let applied = match &parent {
+            Some(parent) => {
+                sqlx::query_scalar!(
+                    r#"SELECT count(*) AS "n!" FROM chain_observations
+                        WHERE chain_id = $1 AND block_number > $2 AND applied_at IS NOT NULL"#,
+                    chain_id,
+                    parent.number,
+                )
+                .fetch_one(&mut *tx)
+                .await?
+            }
+            None => 0,
+        };
+        let parent = match parent {
+            Some(parent) if applied == 0 => parent,
+            _ => {
+                let why = format!(
+                    "block {} ({}) is no longer on the chain and the chain diverges below what was confirmed: the chain was reset under the listener. Confirmed history is never rewritten; point CHAINS at the chain this database followed, or reset settlement state deliberately",
+                    cursor.number, cursor.hash
+                );
+                drop(tx);
+                sqlx::query!(
+                    "UPDATE chain_cursors SET halted = $2, updated_at = now() WHERE chain_id = $1",
+                    chain_id,
+                    why
+                )
+                .execute(&mut *conn)
+                .await?;
+                return Err(FollowError::Halted(why));
+            }
+        };
+        let dropped = sqlx::query!(
+            "DELETE FROM chain_observations WHERE chain_id = $1 AND block_number > $2 AND applied_at IS NULL",
+            chain_id,
+            parent.number,
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query!(
+            "DELETE FROM chain_blocks WHERE chain_id = $1 AND number > $2",
+            chain_id,
+            parent.number
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE chain_cursors SET block_number = $2, block_hash = $3, updated_at = now()
+              WHERE chain_id = $1 AND block_number = $4 AND block_hash = $5",
+            chain_id,
+            parent.number,
+            parent.hash,
+            cursor.number,
+            cursor.hash,
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        metrics::counter!(names::CHAIN_REORGS, "chain" => self.chain.name.clone()).increment(1);
+        tracing::warn!(chain = %self.chain.name, block = cursor.number, hash = %cursor.hash, dropped, "reorg: block orphaned");
+        load_cursor(conn, self.chain.id)
+            .await?
+            .ok_or_else(|| FollowError::Halted("the cursor vanished".to_owned()))
+    }
+
+    /// Follows the blocks after `cursor` up to `until` with one `eth_getLogs` over the range:
+    /// records what the watch observes and moves the cursor, in one transaction. `None` when the
+    /// range does not extend the cursor (a reorg), the chain changed while it was read, or
+    /// another replica moved the cursor first.
+    ///
+    /// The range is read between two reads of its last block: the same hash before and after
+    /// means the chain up to it did not change in between, so the logs are that chain's.
+    async fn follow(
+        &self,
+        conn: &mut PgConnection,
+        cursor: &Cursor,
+        until: u64,
+    ) -> Result<Option<Cursor>, FollowError> {
+        let from = cursor.number as u64 + 1;
+        let Some(last) = header(&self.node, until).await? else {
+            return Ok(None);
+        };
+        let first = if from == until {
+            last
+        } else {
+            match header(&self.node, from).await? {
+                Some(first) => first,
+                None => return Ok(None),
+            }
+        };
+        if first.parent_hash.to_string() != cursor.hash {
+            return Ok(None);
+        }
+        let mut blocks = BTreeMap::from([(first.number, first), (last.number, last)]);
+        // The block that becomes confirmed is stored too: its time is the confirmed time.
+        let confirmed = (until + 1).saturating_sub(self.confirmations);
+        if from < confirmed && confirmed < until {
+            match header(&self.node, confirmed).await? {
+                Some(block) => blocks.insert(confirmed, block),
+                None => return Ok(None),
+            };
+        }
+        let interest = self.watch.interest(conn, &self.chain).await?;
+        let logs = if interest.addresses.is_empty() || interest.events.is_empty() {
+            Vec::new()
+        } else {
+            let filter = Filter::new()
+                .address(interest.addresses)
+                .event_signature(interest.events);
+            let filter = if from == until {
+                filter.at_block_hash(last.hash)
+            } else {
+                filter.from_block(from).to_block(until)
+            };
+            self.node.get_logs(&filter).await?
+        };
+        if from < until && header(&self.node, until).await?.map(|h| h.hash) != Some(last.hash) {
+            return Ok(None);
+        }
+        let mut observations = Vec::new();
+        for log in logs {
+            let (Some(number), Some(block_hash), Some(tx_hash), Some(log_index)) = (
+                log.block_number,
+                log.block_hash,
+                log.transaction_hash,
+                log.log_index,
+            ) else {
+                continue;
+            };
+            if log.removed || !(from..=until).contains(&number) {
+                continue;
+            }
+            let Some(observed) = self
+                .watch
+                .observe(conn, &self.chain, &self.node, &log)
+                .await?
+            else {
+                continue;
+            };
+            // The block is stored with its observation (a reorg rewinds to it), and its time is
+            // the observation's.
+            let block = match blocks.get(&number) {
+                Some(block) => *block,
+                None => match header(&self.node, number).await? {
+                    Some(block) => *blocks.entry(number).or_insert(block),
+                    None => return Ok(None),
+                },
+            };
+            if block.hash != block_hash {
+                return Ok(None);
+            }
+            observations.push(Observation {
+                transaction_hash: tx_hash.to_string(),
+                log_index: log_index as i32,
+                block_number: number as i64,
+                block_timestamp: block.timestamp as i64,
+                kind: observed.kind.to_owned(),
+                subject: observed.subject,
+                payload: observed.payload,
+            });
+        }
+        let chain_id = self.chain.id as i64;
+        let hash = last.hash.to_string();
+        let mut tx = conn.begin().await?;
+        let moved = sqlx::query!(
+            "UPDATE chain_cursors SET block_number = $2, block_hash = $3, updated_at = now()
+              WHERE chain_id = $1 AND block_number = $4 AND block_hash = $5 AND halted IS NULL",
+            chain_id,
+            until as i64,
+            hash,
+            cursor.number,
+            cursor.hash,
+        )
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            return Ok(None);
+        }
+        for block in blocks.values() {
+            store_block(&mut tx, self.chain.id, block).await?;
+        }
+        for o in &observations {
+            let block_hash = blocks[&(o.block_number as u64)].hash.to_string();
+            sqlx::query!(
+                r#"
+                INSERT INTO chain_observations
+                    (chain_id, transaction_hash, log_index, block_number, block_hash, block_timestamp,
+                     kind, subject, payload)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                ON CONFLICT DO NOTHING
+                "#,
+                chain_id,
+                o.transaction_hash,
+                o.log_index,
+                o.block_number,
+                block_hash,
+                o.block_timestamp,
+                o.kind,
+                o.subject,
+                Json(&o.payload) as _,
+            )
+            .execute(&mut *tx)
+            .await?;
+            tracing::info!(chain = %self.chain.name, kind = %o.kind, subject = %o.subject, tx = %o.transaction_hash, block = o.block_number, "observed on chain");
+        }
+        tx.commit().await?;
+        Ok(Some(Cursor {
+            number: until as i64,
+            hash,
+        }))
+    }
+
+    /// Hands every observation whose block is now confirmed to the watch, oldest first, each in
+    /// its own transaction with the mark that it was applied; `SKIP LOCKED` lets replicas share.
+    async fn apply_confirmed(
+        &self,
+        conn: &mut PgConnection,
+        confirmed: i64,
+    ) -> Result<(), FollowError> {
+        loop {
+            let mut tx = conn.begin().await?;
+            let next = sqlx::query!(
+                r#"SELECT transaction_hash, log_index, block_number, block_timestamp, kind, subject,
+                          payload AS "payload: Json<Value>"
+                     FROM chain_observations
+                    WHERE chain_id = $1 AND applied_at IS NULL AND block_number <= $2
+                    ORDER BY block_number, log_index
+                    LIMIT 1
+                      FOR UPDATE SKIP LOCKED"#,
+                self.chain.id as i64,
+                confirmed,
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = next else { return Ok(()) };
+            let observation = Observation {
+                transaction_hash: row.transaction_hash,
+                log_index: row.log_index,
+                block_number: row.block_number,
+                block_timestamp: row.block_timestamp,
+                kind: row.kind,
+                subject: row.subject,
+                payload: row.payload.0,
+            };
+            let outcome = self.watch.apply(&mut tx, &self.chain, &observation).await?;
+            sqlx::query!(
+                "UPDATE chain_observations SET applied_at = now()
+                  WHERE chain_id = $1 AND transaction_hash = $2 AND log_index = $3",
+                self.chain.id as i64,
+                observation.transaction_hash,
+                observation.log_index,
+            )
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            metrics::counter!(names::SETTLEMENTS, "chain" => self.chain.name.clone(), "outcome" => outcome)
+                .increment(1);
+        }
+    }
+}
+
+async fn load_cursor(
+    conn: &mut PgConnection,
+    chain_id: u64,
+) -> Result<Option<Cursor>, FollowError> {
+    let row = sqlx::query!(
+        "SELECT block_number, block_hash, halted FROM chain_cursors WHERE chain_id = $1",
+        chain_id as i64
+    )
+    .fetch_optional(conn)
+    .await?;
+    match row {
+        Some(row) if row.halted.is_some() => {
+            Err(FollowError::Halted(row.halted.unwrap_or_default()))
+        }
+        Some(row) => Ok(Some(Cursor {
+            number: row.block_number,
+            hash: row.block_hash,
+        })),
+        None => Ok(None),
+    }
+}
+
+async fn header(node: &Node, number: u64) -> Result<Option<Header>, ChainError> {
+    let block = node
+        .get_block_by_number(BlockNumberOrTag::Number(number))
+        .await?;
+    Ok(block.map(|block| Header {
+        number,
+        hash: block.header.hash,
+        parent_hash: block.header.parent_hash,
+        timestamp: block.header.timestamp,
+    }))
+}
+
+async fn store_block(
+    conn: &mut PgConnection,
+    chain_id: u64,
+    block: &Header,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO chain_blocks (chain_id, number, hash, parent_hash, timestamp) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (chain_id, number) DO UPDATE SET hash = $3, parent_hash = $4, timestamp = $5",
+        chain_id as i64,
+        block.number as i64,
+        block.hash.to_string(),
+        block.parent_hash.to_string(),
+        block.timestamp as i64,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The newest stored block at or below `number`: of a range only its ends, the block it
+/// confirms and the blocks with observations are stored, so confirmed time may lag, never lead.
+async fn newest_block_at_most(
+    conn: &mut PgConnection,
+    chain_id: u64,
+    number: i64,
+) -> Result<Option<ConfirmedBlock>, sqlx::Error> {
+    let row = sqlx::query!(
+        "SELECT number, timestamp FROM chain_blocks WHERE chain_id = $1 AND number <= $2
+          ORDER BY number DESC LIMIT 1",
+        chain_id as i64,
+        number,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|row| ConfirmedBlock {
+        number: row.number,
+        timestamp: row.timestamp,
+    }))
+}

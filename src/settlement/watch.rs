@@ -1,0 +1,229 @@
+//! The payment watch: what the chain follower looks for on behalf of intents, and what a confirmed
+//! log changes (`docs/settlement.md`, "Follower and watches"). It wants `AuthorizationUsed` and
+//! `AuthorizationCanceled` of the EIP-3009 tokens read on that chain; a use of an intent's nonce
+//! by its payer settles the intent if the same transaction's transfer paid it and fails it
+//! otherwise, as a cancellation does; and the newest confirmed block's time expires intents.
+
+use alloy::{providers::Provider, rpc::types::Log, sol_types::SolEvent};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use crate::{
+    chain::{
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::{ChainError, Node},
+        token::Eip3009,
+    },
+    config::ChainEndpoint,
+    intents::{
+        repo::{self, Expiry, Settlement, TransitionError},
+        state::{Action, Actor},
+    },
+    ledger,
+    telemetry::metrics as names,
+};
+
+/// An intent's nonce used by its payer (`AuthorizationUsed`).
+pub const USED: &str = "authorization_used";
+/// An intent's nonce canceled by its payer (`AuthorizationCanceled`): it can never pay.
+pub const CANCELED: &str = "authorization_canceled";
+
+/// What an observation of an intent's nonce holds; its subject is the intent's id.
+#[derive(Debug, Serialize, Deserialize)]
+struct NonceUse {
+    merchant_id: String,
+    intent_id: String,
+    token: String,
+    /// What the same transaction's next `Transfer` of the token moved, if any.
+    transfer: Option<Transfer>,
+    /// Whether that transfer is the intent's payment: its payer, payee and amount.
+    pays_intent: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Transfer {
+    from: String,
+    to: String,
+    value: String,
+}
+
+pub struct PaymentWatch;
+
+impl Watch for PaymentWatch {
+    async fn interest(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+    ) -> Result<Interest, sqlx::Error> {
+        // Every token an authorization was built for was read and stored first.
+        let tokens = sqlx::query_scalar!(
+            "SELECT address FROM chain_tokens WHERE chain_id = $1 AND supports_eip3009",
+            chain.id as i64,
+        )
+        .fetch_all(conn)
+        .await?;
+        Ok(Interest {
+            addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
+            events: vec![
+                Eip3009::AuthorizationUsed::SIGNATURE_HASH,
+                Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
+            ],
+        })
+    }
+
+    async fn observe(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        log: &Log,
+    ) -> Result<Option<Observed>, FollowError> {
+        let (kind, authorizer, nonce) = if let Ok(used) =
+            Eip3009::AuthorizationUsed::decode_log_data(log.data())
+        {
+            (USED, used.authorizer, used.nonce)
+        } else if let Ok(canceled) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {
+            (CANCELED, canceled.authorizer, canceled.nonce)
+        } else {
+            return Ok(None);
+        };
+        let token = log.address().to_checksum(None);
+        let intent = sqlx::query!(
+            r#"SELECT merchant_id, id, payer, payee, amount::text AS "amount!" FROM payment_intents
+                WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+            nonce.as_slice(),
+            chain.name,
+            token,
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(intent) = intent else {
+            return Ok(None);
+        };
+        // A nonce belongs to its authorizer: another address using the same bytes burns nothing of ours.
+        if authorizer.to_checksum(None) != intent.payer {
+            return Ok(None);
+        }
+        let transfer = match (kind, log.transaction_hash, log.log_index) {
+            (USED, Some(tx_hash), Some(log_index)) => {
+                let receipt = node
+                    .get_transaction_receipt(tx_hash)
+                    .await?
+                    .ok_or_else(|| ChainError::Refused(format!("no receipt for {tx_hash}")))?;
+                receipt
+                    .inner
+                    .logs()
+                    .iter()
+                    .filter(|l| {
+                        l.address() == log.address() && l.log_index.is_some_and(|i| i > log_index)
+                    })
+                    .find_map(|l| Eip3009::Transfer::decode_log_data(l.data()).ok())
+                    .map(|t| Transfer {
+                        from: t.from.to_checksum(None),
+                        to: t.to.to_checksum(None),
+                        value: t.value.to_string(),
+                    })
+            }
+            _ => None,
+        };
+        let pays_intent = transfer.as_ref().is_some_and(|t| {
+            t.from == intent.payer && t.to == intent.payee && t.value == intent.amount
+        });
+        let payload = NonceUse {
+            merchant_id: intent.merchant_id,
+            intent_id: intent.id.clone(),
+            token,
+            transfer,
+            pays_intent,
+        };
+        Ok(Some(Observed {
+            kind,
+            subject: intent.id,
+            payload: serde_json::to_value(payload).map_err(|e| sqlx::Error::Decode(e.into()))?,
+        }))
+    }
+
+    /// `succeeded` (or recorded on a canceled intent) if the transfer paid the intent, `failed`
+    /// if the nonce was burned otherwise; a payment is booked in the ledger whatever the intent
+    /// could still do, since the money moved.
+    async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        o: &Observation,
+    ) -> Result<&'static str, sqlx::Error> {
+        let used: NonceUse =
+            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let (action, outcome) = if used.pays_intent {
+            (Action::Settle, "succeeded")
+        } else {
+            (Action::BurnNonce, "nonce_used_otherwise")
+        };
+        let settlement = Settlement {
+            transaction_hash: o.transaction_hash.clone(),
+            block_number: o.block_number as u64,
+            block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
+                .map_err(|e| sqlx::Error::Decode(e.into()))?,
+        };
+        let paid = used.pays_intent.then_some(&settlement);
+        let outcome = match repo::apply_paid(
+            tx,
+            &used.merchant_id,
+            &used.intent_id,
+            action,
+            &Actor::Chain,
+            paid,
+        )
+        .await
+        {
+            Ok(intent) => {
+                tracing::info!(chain = %chain.name, intent = %intent.id, state = %intent.state, tx = %o.transaction_hash, "settled on chain");
+                outcome
+            }
+            // Already moved by an earlier observation of the same nonce, or final: nothing to do.
+            Err(TransitionError::Forbidden { from, .. }) => {
+                tracing::warn!(chain = %chain.name, intent = %used.intent_id, %from, tx = %o.transaction_hash, "confirmed nonce use for an intent that cannot move");
+                "ignored"
+            }
+            Err(TransitionError::NotFound) => "ignored",
+            Err(TransitionError::Database(e)) => return Err(e),
+        };
+        if let (true, Some(transfer)) = (used.pays_intent, &used.transfer) {
+            let event = ledger::ChainEvent {
+                chain: &chain.name,
+                transaction_hash: &o.transaction_hash,
+                log_index: o.log_index,
+            };
+            let payment = ledger::Entry::payment(
+                &used.merchant_id,
+                &used.intent_id,
+                &transfer.from,
+                event,
+                &used.token,
+                &transfer.value,
+            );
+            ledger::post(tx, &payment).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Expires intents whose authorization the newest confirmed block's time has passed.
+    async fn confirmed(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        block: ConfirmedBlock,
+    ) -> Result<(), sqlx::Error> {
+        let expiry = Expiry::ChainTime {
+            chain: &chain.name,
+            block_timestamp: block.timestamp,
+        };
+        let expired = repo::expire_due(conn, crate::sweeper::BATCH, &expiry).await?;
+        if expired > 0 {
+            metrics::counter!(names::SETTLEMENTS, "chain" => chain.name.clone(), "outcome" => "expired").increment(expired);
+            tracing::info!(chain = %chain.name, expired, block.timestamp, "expired by chain time");
+        }
+        Ok(())
+    }
+}
