@@ -27,7 +27,7 @@ pub struct Application {
     request_timeout: Duration,
     webhooks: WebhookSettings,
     settlement: settlement::Chains,
-    relayer_key: Option<settlement::relayer::Key>,
+    relayer_keys: Vec<settlement::relayer::Key>,
     bootstrap: auth::Bootstrap,
     workers: Workers,
     database_url: String,
@@ -39,7 +39,7 @@ impl Application {
     /// keys are stored once it is, and requests get 503 meanwhile.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
         let settlement = settlement::Chains::new(&settings.settlement);
-        let relayer_key = settlement.relayer_key()?;
+        let relayer_keys = settlement.relayer_keys()?;
         let bootstrap = auth::Bootstrap::new(&settings.bootstrap_api_keys)?;
         let pool = db::pool(&settings.database_url, settings.db_max_connections)?;
         match bootstrap.store(&pool).await {
@@ -68,7 +68,7 @@ impl Application {
             request_timeout: settings.request_timeout,
             webhooks: settings.webhooks,
             settlement,
-            relayer_key,
+            relayer_keys,
             bootstrap,
             workers,
             database_url: settings.database_url.clone(),
@@ -125,7 +125,7 @@ impl Application {
             pool,
             &self.database_url,
             &self.settlement,
-            self.relayer_key.take(),
+            std::mem::take(&mut self.relayer_keys),
         );
     }
 }

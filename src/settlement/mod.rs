@@ -5,10 +5,13 @@
 //! - `tokens`: the tokens read from chains, kept in PostgreSQL
 //! - `payments`: the rules of paying an intent (what may be paid, the document, confirm)
 //! - `routes`: `GET …/authorization`, `POST …/confirm`, over `payments`
-//! - `relayer`: submits queued authorizations, one relayer per key across replicas
+//! - `outbox`: the chain transactions to send, by kind, subject and dedupe key; awaiting one
+//! - `relayer`: sends the outbox, a worker per key and chain, each key held by one replica
 //! - `watch`: what the follower looks for (nonce uses), settlement and expiry by chain time
-//! - `wakeup`: wakes a chain's relayer when a confirm commits, instead of at its next poll
+//! - `wakeup`: wakes a chain's relayers when a submission is queued, and whoever awaits one when
+//!   it is done, instead of at their next poll
 
+pub mod outbox;
 pub mod payments;
 pub mod relayer;
 pub mod routes;
@@ -35,6 +38,8 @@ use crate::{
 pub struct Chains {
     pub settings: Arc<SettlementSettings>,
     nodes: Arc<HashMap<String, (ChainEndpoint, Node)>>,
+    /// Who awaits which submission in this replica.
+    pub outcomes: outbox::Outcomes,
 }
 
 impl Chains {
@@ -52,6 +57,7 @@ impl Chains {
         Self {
             settings: Arc::new(settings.clone()),
             nodes: Arc::new(nodes),
+            outcomes: outbox::Outcomes::default(),
         }
     }
 
@@ -64,31 +70,35 @@ impl Chains {
         !self.nodes.is_empty()
     }
 
-    /// The relayer's key, if one is set: parsed before the server binds, so a bad key stops the
-    /// start instead of being reported after "listening".
-    pub fn relayer_key(&self) -> anyhow::Result<Option<relayer::Key>> {
+    /// The relayer's keys, none when none is set: parsed before the server binds, so a bad key
+    /// stops the start instead of being reported after "listening".
+    pub fn relayer_keys(&self) -> anyhow::Result<Vec<relayer::Key>> {
         self.settings
             .relayer_private_key
             .as_deref()
-            .map(relayer::Key::parse)
-            .transpose()
+            .map_or(Ok(Vec::new()), relayer::Key::parse_list)
     }
 }
 
-/// Starts a follower with the payment watch per served chain, and when a relayer key is set a relayer per chain and the
-/// worker that wakes them when a confirm commits.
+/// The kinds of submission this server sends.
+pub fn kinds() -> outbox::Kinds {
+    outbox::Kinds::new(vec![Arc::new(payments::IntentPayment)])
+}
+
+/// Starts a follower with the payment watch per served chain, a relayer per chain and key, and
+/// the worker that wakes relayers when work is queued and awaiting callers when it is done.
 pub fn spawn(
     workers: &mut Workers,
     pool: &Pool,
     database_url: &str,
     chains: &Chains,
-    relayer_key: Option<relayer::Key>,
+    relayer_keys: Vec<relayer::Key>,
 ) {
     let settings = chains.settings.clone();
     let schedule = Schedule::every(settings.poll_interval);
-    let mut wakes = HashMap::new();
+    let kinds = kinds();
+    let mut wakes: HashMap<u64, Vec<Arc<Notify>>> = HashMap::new();
     for (endpoint, node) in chains.nodes.values() {
-        let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
         let confirmations = settings.confirmations;
         workers.spawn(format!("follower of {}", endpoint.name), schedule, {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
@@ -102,12 +112,13 @@ pub fn spawn(
                 )
             }
         });
-        if let Some(key) = &relayer_key {
-            let (key, settings) = (key.clone(), settings.clone());
+        for key in &relayer_keys {
+            let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
+            let (key, kinds, settings) = (key.clone(), kinds.clone(), settings.clone());
             let wake = Arc::new(Notify::new());
-            wakes.insert(endpoint.id, wake.clone());
+            wakes.entry(endpoint.id).or_default().push(wake.clone());
             workers.spawn_woken(
-                format!("relayer of {}", endpoint.name),
+                format!("relayer {} of {}", key.address(), endpoint.name),
                 schedule,
                 wake,
                 move || {
@@ -116,18 +127,22 @@ pub fn spawn(
                         endpoint.clone(),
                         node.clone(),
                         key.clone(),
+                        kinds.clone(),
                         &settings,
                     )
                 },
             );
         }
     }
-    if !wakes.is_empty() {
+    if chains.is_on() {
         let (database_url, wakes) = (database_url.to_owned(), Arc::new(wakes));
+        let outcomes = chains.outcomes.clone();
         workers.spawn(
-            "relayer wake-up",
+            "settlement wake-up",
             wakeup::WakeupWorker::schedule(),
-            move || wakeup::WakeupWorker::new(database_url.clone(), wakes.clone()),
+            move || {
+                wakeup::WakeupWorker::new(database_url.clone(), wakes.clone(), outcomes.clone())
+            },
         );
     }
 }

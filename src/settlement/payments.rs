@@ -1,6 +1,6 @@
 //! Paying an intent by EIP-3009 authorization: which intents may be paid, the document the payer
-//! signs, and the confirm that checks the signature and queues the submission, in the caller's
-//! transaction. Routes call these, and so will every other way a payer reaches us (a checkout
+//! signs, the confirm that checks the signature and queues the submission in the caller's
+//! transaction, and the submission kind that says when it is no longer wanted. Routes call these, and so will every other way a payer reaches us (a checkout
 //! page, an x402 facilitator), so each rule is in one place (`docs/settlement.md`).
 
 use alloy::primitives::{Address, B256, U256};
@@ -8,6 +8,7 @@ use sqlx::PgConnection;
 
 use super::{
     Chains,
+    outbox::{self, BoxFuture, NewSubmission, SubmissionKind, Wanted},
     tokens::{self, ResolveError},
 };
 use crate::{
@@ -68,7 +69,7 @@ pub async fn confirm(
     )
     .await
     .map_err(|e| transition_error(&intent.id, e))?;
-    queue_submission(tx, merchant.as_str(), &intent.id, &authorization, signature).await?;
+    queue_submission(tx, &intent.id, &authorization, signature).await?;
     Ok(confirmed)
 }
 
@@ -157,39 +158,57 @@ fn valid_before(intent: &PaymentIntent) -> u64 {
     intent.expires_at.unix_timestamp().max(0) as u64
 }
 
+/// The outbox kind of an intent's payment: its subject is the intent's id.
+pub const KIND: &str = "intent_payment";
+
 async fn queue_submission(
     conn: &mut PgConnection,
-    merchant: &str,
     intent: &str,
     authorization: &Authorization,
     signature: PayerSignature,
 ) -> Result<(), sqlx::Error> {
-    // The notification wakes this chain's relayer at commit, instead of at its next poll; a
-    // transaction that rolls back wakes nobody (`docs/settlement.md`, "Relayer").
-    sqlx::query!(
-        r#"
-        WITH queued AS (
-            INSERT INTO chain_submissions
-                (merchant_id, intent_id, chain_id, token, payer, payee, amount, valid_before, nonce, signature)
-            VALUES ($1, $2, $3, $4, $5, $6, $7::text::numeric, $8, $9, $10)
-            RETURNING chain_id
-        )
-        SELECT pg_notify('chain_submissions', chain_id::text) FROM queued
-        "#,
-        merchant,
-        intent,
-        authorization.chain_id as i64,
-        authorization.token.to_checksum(None),
-        authorization.from.to_checksum(None),
-        authorization.to.to_checksum(None),
-        authorization.value.to_string(),
-        authorization.valid_before as i64,
-        authorization.nonce.as_slice(),
-        &signature.to_bytes()[..],
-    )
-    .execute(conn)
-    .await?;
+    let submission = NewSubmission {
+        kind: KIND,
+        subject: intent,
+        chain_id: authorization.chain_id,
+        // What the token accepts once: this authorizer's nonce on this token.
+        dedupe_key: format!(
+            "{}:{}:{}",
+            authorization.token, authorization.from, authorization.nonce
+        ),
+        target: authorization.token,
+        calldata: authorization.calldata(&signature),
+    };
+    outbox::queue(conn, &submission).await?;
     Ok(())
+}
+
+/// An intent's payment is wanted while the intent is `processing`: once the payment watch (or
+/// expiry) moved it, there is nothing left to send.
+pub struct IntentPayment;
+
+impl SubmissionKind for IntentPayment {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn still_wanted<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
+        Box::pin(async move {
+            let state =
+                sqlx::query_scalar!("SELECT state FROM payment_intents WHERE id = $1", subject)
+                    .fetch_optional(conn)
+                    .await?;
+            Ok(match state.as_deref() {
+                Some("processing") => Wanted::Yes,
+                Some(other) => Wanted::No(format!("intent_{other}")),
+                None => Wanted::No("intent_missing".to_owned()),
+            })
+        })
+    }
 }
 
 fn transition_error(id: &str, error: TransitionError) -> ApiError {

@@ -1,8 +1,11 @@
-//! The relayer: submits queued authorizations from `RELAYER_PRIVATE_KEY`, one relayer per key and
-//! chain at a time across replicas (a lease in PostgreSQL), with EIP-1559 fees from the node, and
-//! replaces a transaction left unmined for `RELAYER_REPLACE_AFTER_BLOCKS` with higher fees. All its
-//! state is in PostgreSQL: a crash between broadcast and record leads to a second submission,
-//! which the authorization's nonce makes harmless (`docs/settlement.md`, "Relayer").
+//! The relayer: sends the outbox (`outbox`) from the keys in `RELAYER_PRIVATE_KEY`, one worker
+//! per key and chain, each key held by one replica at a time (a lease in PostgreSQL) with its own
+//! account-nonce sequence, so one key's stuck transaction never holds another's work. A key claims
+//! queued submissions before sending them; a sent one stays with its key. Fees are EIP-1559 from
+//! the node, and a transaction left unmined for `RELAYER_REPLACE_AFTER_BLOCKS` is replaced with
+//! higher fees. All its state is in PostgreSQL: a crash between broadcast and record leads to a
+//! second submission, which the call's own replay protection (an authorization's nonce) makes
+//! harmless (`docs/settlement.md`, "Relayer").
 
 use std::time::Duration;
 
@@ -10,7 +13,7 @@ use alloy::{
     consensus::TxEnvelope,
     eips::{BlockId, eip1559::Eip1559Estimation, eip2718::Encodable2718},
     network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder},
-    primitives::{Address, B256, U256},
+    primitives::{Address, B256, Bytes},
     providers::Provider,
     rpc::types::TransactionRequest,
     signers::local::PrivateKeySigner,
@@ -18,11 +21,9 @@ use alloy::{
 use sqlx::PgConnection;
 use tokio::sync::OnceCell;
 
+use super::outbox::{self, Kinds, Revert, Wanted};
 use crate::{
-    chain::{
-        authorization::{Authorization, PayerSignature},
-        rpc::{ChainError, Node},
-    },
+    chain::rpc::{ChainError, Node},
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
     telemetry::metrics as names,
@@ -39,8 +40,26 @@ impl Key {
             .parse::<PrivateKeySigner>()
             .map(Self)
             .map_err(|_| {
-                anyhow::anyhow!("RELAYER_PRIVATE_KEY must be 0x followed by 64 hex digits")
+                anyhow::anyhow!(
+                    "RELAYER_PRIVATE_KEY must be 0x followed by 64 hex digits (several keys separated by commas)"
+                )
             })
+    }
+
+    /// One key or several, separated by commas; each may appear once.
+    pub fn parse_list(raw: &str) -> anyhow::Result<Vec<Self>> {
+        let keys = raw
+            .split(',')
+            .filter(|k| !k.trim().is_empty())
+            .map(Self::parse)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut addresses: Vec<Address> = keys.iter().map(Key::address).collect();
+        addresses.sort();
+        addresses.dedup();
+        if addresses.len() != keys.len() {
+            anyhow::bail!("RELAYER_PRIVATE_KEY names the same key twice");
+        }
+        Ok(keys)
     }
 
     pub fn address(&self) -> Address {
@@ -60,6 +79,7 @@ pub struct RelayerWorker {
     chain: ChainEndpoint,
     node: Node,
     key: Key,
+    kinds: Kinds,
     replace_after: u64,
     /// Names this process (and the fault tests' crash point) in the key's lease.
     holder: String,
@@ -72,6 +92,7 @@ impl RelayerWorker {
         chain: ChainEndpoint,
         node: Node,
         key: Key,
+        kinds: Kinds,
         settings: &SettlementSettings,
     ) -> Self {
         tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
@@ -80,6 +101,7 @@ impl RelayerWorker {
             chain,
             node,
             key,
+            kinds,
             replace_after: settings.replace_after_blocks,
             // The process id tells an operator (and the fault tests) which process relays.
             holder: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
@@ -96,6 +118,7 @@ impl Worker for RelayerWorker {
             chain,
             node: &self.node,
             key,
+            kinds: &self.kinds,
             replace_after: self.replace_after,
         };
         let round = async {
@@ -178,19 +201,14 @@ async fn hold_lease_check(
     Ok(hold_lease(&mut conn, chain, relayer, holder, lease).await?)
 }
 
-/// An open submission, as stored.
+/// An open submission of this key, as stored.
 struct Submission {
-    merchant_id: String,
-    intent_id: String,
-    token: String,
-    payer: String,
-    payee: String,
-    amount: String,
-    valid_before: i64,
-    nonce: Vec<u8>,
-    signature: Vec<u8>,
+    id: uuid::Uuid,
+    kind: String,
+    subject: String,
+    target: String,
+    calldata: Vec<u8>,
     state: String,
-    intent_state: String,
     tx_nonce: Option<i64>,
     tx_hashes: Vec<String>,
     max_fee_per_gas: Option<String>,
@@ -209,13 +227,15 @@ struct Relayer<'a> {
     chain: &'a ChainEndpoint,
     node: &'a Node,
     key: &'a Key,
+    kinds: &'a Kinds,
     replace_after: u64,
 }
 
 impl Relayer<'_> {
-    /// Looks at the oldest [`BATCH`] queued submissions and the oldest [`BATCH`] sent ones, each
-    /// kind with its own share, so sent transactions waiting to be mined never keep new work
-    /// waiting, and a backlog of new work never keeps a stuck transaction from its replacement.
+    /// Claims queued submissions up to [`BATCH`] of its own, then looks at its oldest [`BATCH`]
+    /// queued and oldest [`BATCH`] sent ones, each state with its own share, so sent
+    /// transactions waiting to be mined never keep new work waiting, and a backlog of new work
+    /// never keeps a stuck transaction from its replacement.
     async fn tick<F, Fut>(
         &self,
         conn: &mut PgConnection,
@@ -225,30 +245,52 @@ impl Relayer<'_> {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<bool, RelayError>>,
     {
+        let me = self.key.address().to_checksum(None);
+        let chain_id = self.chain.id as i64;
+        // Unclaimed work, or claimed by a key whose lease ran out (its replica is gone): a crash
+        // between claim and broadcast is harmless, the call's replay protection holds.
+        sqlx::query!(
+            r#"
+            WITH claimable AS (
+                SELECT id FROM chain_submissions s
+                 WHERE chain_id = $1 AND state = 'queued' AND relayer IS DISTINCT FROM $2
+                   AND (relayer IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM relayer_leases l
+                         WHERE l.chain_id = s.chain_id AND l.relayer = s.relayer AND l.expires_at > now()))
+                 ORDER BY created_at
+                 LIMIT greatest(0, $3 - (SELECT count(*) FROM chain_submissions
+                                          WHERE chain_id = $1 AND state = 'queued' AND relayer = $2))
+                   FOR UPDATE SKIP LOCKED
+            )
+            UPDATE chain_submissions s SET relayer = $2, updated_at = now()
+              FROM claimable WHERE s.id = claimable.id
+            "#,
+            chain_id,
+            me,
+            BATCH,
+        )
+        .execute(&mut *conn)
+        .await?;
         let open = sqlx::query_as!(
             Submission,
             r#"
-            SELECT s.merchant_id, s.intent_id, s.token, s.payer, s.payee, s.amount::text AS "amount!",
-                   s.valid_before, s.nonce, s.signature, s.state, p.state AS intent_state, s.tx_nonce,
-                   s.tx_hashes, s.max_fee_per_gas::text AS max_fee_per_gas,
-                   s.max_priority_fee_per_gas::text AS max_priority_fee_per_gas, s.sent_at_block
-              FROM chain_submissions s
-              JOIN payment_intents p ON p.merchant_id = s.merchant_id AND p.id = s.intent_id
-             WHERE (s.merchant_id, s.intent_id) IN (
-                   SELECT merchant_id, intent_id
-                     FROM (SELECT merchant_id, intent_id,
-                                  row_number() OVER (PARTITION BY state ORDER BY created_at) AS rank
-                             FROM chain_submissions
-                            WHERE chain_id = $1 AND state <> 'done') AS open
-                    WHERE rank <= $2)
-             ORDER BY s.created_at
+            SELECT id AS "id!", kind AS "kind!", subject AS "subject!", target AS "target!",
+                   calldata AS "calldata!", state AS "state!", tx_nonce, tx_hashes AS "tx_hashes!",
+                   max_fee_per_gas::text AS max_fee_per_gas,
+                   max_priority_fee_per_gas::text AS max_priority_fee_per_gas, sent_at_block
+              FROM (SELECT *, row_number() OVER (PARTITION BY state ORDER BY created_at) AS rank
+                      FROM chain_submissions
+                     WHERE chain_id = $1 AND relayer = $2 AND state <> 'done') AS open
+             WHERE rank <= $3
+             ORDER BY created_at
             "#,
-            self.chain.id as i64,
+            chain_id,
+            me,
             BATCH,
         )
         .fetch_all(&mut *conn)
         .await?;
-        metrics::gauge!(names::RELAYER_PENDING, "chain" => self.chain.name.clone())
+        metrics::gauge!(names::RELAYER_PENDING, "chain" => self.chain.name.clone(), "relayer" => me.clone())
             .set(open.len() as f64);
         let mut ticked = Ticked {
             broadcast: 0,
@@ -271,14 +313,18 @@ impl Relayer<'_> {
             }
         };
         for submission in open {
-            // The payment watch decided: the intent is paid, failed or expired. Nothing left to send.
-            if submission.intent_state != "processing" {
-                finish(
+            let Some(kind) = self.kinds.get(&submission.kind) else {
+                record_error(
                     conn,
                     &submission,
-                    &format!("intent_{}", submission.intent_state),
+                    "no handler for this kind of submission here",
                 )
                 .await?;
+                continue;
+            };
+            // Its subject moved on (an intent paid, failed or expired): nothing left to send.
+            if let Wanted::No(outcome) = kind.still_wanted(conn, &submission.subject).await? {
+                finish(conn, &submission, &outcome).await?;
                 continue;
             }
             if submission.state == "sent" && self.still_pending(&submission, head).await? {
@@ -330,14 +376,13 @@ impl Relayer<'_> {
         head: u64,
         fees: &OnceCell<Eip1559Estimation>,
     ) -> Result<bool, RelayError> {
-        let authorization = authorization_of(self.chain, s)?;
-        let signature = PayerSignature::from_stored(&s.signature).map_err(RelayError::Signing)?;
-        let input = authorization.calldata(&signature);
+        let bad = |what: &str| RelayError::Signing(format!("stored {what} is malformed"));
+        let target: Address = s.target.parse().map_err(|_| bad("target"))?;
         let from = self.key.address();
         let request = TransactionRequest::default()
             .with_from(from)
-            .with_to(authorization.token)
-            .with_input(input);
+            .with_to(target)
+            .with_input(Bytes::from(s.calldata.clone()));
         // Against the latest block, not the pending one: a broadcast that only sits in a pool
         // (perhaps ours, unrecorded) has paid nothing yet and may never be mined.
         match self
@@ -348,15 +393,18 @@ impl Relayer<'_> {
         {
             Ok(_) => {}
             Err(e) => match ChainError::from(e) {
-                // Used or expired on chain: nothing to send. The payment watch moves the intent once
-                // the block is confirmed; until then a reorg could still undo it, so the
-                // submission stays open and is looked at again.
-                ChainError::Reverted { reason }
-                    if reason.contains("authorization is used")
-                        || reason.contains("authorization is expired") =>
-                {
-                    note(conn, s, &reason).await?;
-                    return Ok(false);
+                // Spent (used, expired, canceled) or not yet payable (balance, pause): nothing to
+                // send now. A watch moves the subject once a block is confirmed; until then a
+                // reorg could still undo it, so the submission stays open and is looked at again.
+                ChainError::Reverted { reason } => {
+                    let kind = self.kinds.get(&s.kind).map(|k| k.classify(&reason));
+                    match kind {
+                        Some(Revert::Spent) | Some(Revert::NotYet) => {
+                            note(conn, s, &reason).await?;
+                            return Ok(false);
+                        }
+                        _ => return Err(ChainError::Reverted { reason }.into()),
+                    }
                 }
                 other => return Err(other.into()),
             },
@@ -415,13 +463,12 @@ impl Relayer<'_> {
         sqlx::query!(
             r#"
             UPDATE chain_submissions
-               SET state = 'sent', relayer = $3, tx_nonce = $4, tx_hashes = array_append(tx_hashes, $5),
-                   max_fee_per_gas = $6::text::numeric, max_priority_fee_per_gas = $7::text::numeric,
-                   sent_at_block = $8, attempts = attempts + 1, last_error = NULL, updated_at = now()
-             WHERE merchant_id = $1 AND intent_id = $2
+               SET state = 'sent', tx_nonce = $3, tx_hashes = array_append(tx_hashes, $4),
+                   max_fee_per_gas = $5::text::numeric, max_priority_fee_per_gas = $6::text::numeric,
+                   sent_at_block = $7, attempts = attempts + 1, last_error = NULL, updated_at = now()
+             WHERE id = $1 AND relayer = $2
             "#,
-            s.merchant_id,
-            s.intent_id,
+            s.id,
             from.to_checksum(None),
             tx_nonce as i64,
             hash.to_string(),
@@ -434,7 +481,7 @@ impl Relayer<'_> {
         let kind = if replacing { "replacement" } else { "new" };
         metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)
             .increment(1);
-        tracing::info!(chain = %self.chain.name, intent = %s.intent_id, tx = %hash, nonce = tx_nonce, max_fee, priority, kind, "authorization submitted");
+        tracing::info!(chain = %self.chain.name, kind = %s.kind, subject = %s.subject, tx = %hash, nonce = tx_nonce, max_fee, priority, send = kind, "submission sent");
         Ok(true)
     }
 }
@@ -456,43 +503,32 @@ fn crash_point_after_broadcast() {
     }
 }
 
-fn authorization_of(chain: &ChainEndpoint, s: &Submission) -> Result<Authorization, RelayError> {
-    let bad = |what: &str| RelayError::Signing(format!("stored {what} is malformed"));
-    Ok(Authorization {
-        chain_id: chain.id,
-        token: s.token.parse().map_err(|_| bad("token"))?,
-        // Name and version only enter the digest, which the relayer does not need.
-        token_name: String::new(),
-        token_version: String::new(),
-        from: s.payer.parse().map_err(|_| bad("payer"))?,
-        to: s.payee.parse().map_err(|_| bad("payee"))?,
-        value: s.amount.parse::<U256>().map_err(|_| bad("amount"))?,
-        valid_before: s.valid_before as u64,
-        nonce: B256::try_from(s.nonce.as_slice()).map_err(|_| bad("nonce"))?,
-    })
-}
-
+/// Ends the submission with `outcome` and wakes whoever awaits it (`outbox::await_outcome`).
 async fn finish(conn: &mut PgConnection, s: &Submission, outcome: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "UPDATE chain_submissions SET state = 'done', outcome = $3, updated_at = now()
-          WHERE merchant_id = $1 AND intent_id = $2",
-        s.merchant_id,
-        s.intent_id,
+        "UPDATE chain_submissions SET state = 'done', outcome = $2, updated_at = now() WHERE id = $1",
+        s.id,
         outcome,
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    tracing::info!(intent = %s.intent_id, outcome, "submission done");
+    sqlx::query!(
+        "SELECT pg_notify($1, $2)",
+        outbox::DONE_CHANNEL,
+        s.id.to_string()
+    )
+    .execute(&mut *conn)
+    .await?;
+    tracing::info!(kind = %s.kind, subject = %s.subject, outcome, "submission done");
     Ok(())
 }
 
 /// Records why a submission waits, without a log line per tick.
 async fn note(conn: &mut PgConnection, s: &Submission, why: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "UPDATE chain_submissions SET last_error = $3, updated_at = now()
-          WHERE merchant_id = $1 AND intent_id = $2 AND last_error IS DISTINCT FROM $3",
-        s.merchant_id,
-        s.intent_id,
+        "UPDATE chain_submissions SET last_error = $2, updated_at = now()
+          WHERE id = $1 AND last_error IS DISTINCT FROM $2",
+        s.id,
         why,
     )
     .execute(conn)
@@ -505,12 +541,11 @@ async fn record_error(
     s: &Submission,
     error: &str,
 ) -> Result<(), sqlx::Error> {
-    tracing::warn!(intent = %s.intent_id, error, "submission failed; retrying next tick");
+    tracing::warn!(kind = %s.kind, subject = %s.subject, error, "submission failed; retrying next tick");
     sqlx::query!(
-        "UPDATE chain_submissions SET attempts = attempts + 1, last_error = $3, updated_at = now()
-          WHERE merchant_id = $1 AND intent_id = $2",
-        s.merchant_id,
-        s.intent_id,
+        "UPDATE chain_submissions SET attempts = attempts + 1, last_error = $2, updated_at = now()
+          WHERE id = $1",
+        s.id,
         error,
     )
     .execute(conn)

@@ -1,36 +1,42 @@
-//! Wakes a chain's relayer when a confirm commits a submission for it, instead of at its next
-//! poll: the confirm's transaction notifies `chain_submissions` with the chain id, and this worker,
-//! one connection per replica listening on the server that takes writes, passes it on. A missed
-//! notification (the connection was down) costs only the poll interval: the relayer still polls.
+//! Wakes a chain's relayers when a submission is queued for it, and whoever awaits a submission
+//! when it is done, instead of at their next poll: the queueing transaction notifies
+//! `outbox::QUEUED_CHANNEL` with the chain id, a submission's end notifies `outbox::DONE_CHANNEL`
+//! with its id, and this worker, one connection per replica listening on the server that takes
+//! writes, passes them on. A missed notification (the connection was down) costs only a poll:
+//! relayers and awaiting callers still poll.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 
+use super::outbox::{self, Outcomes};
 use crate::{
     db::servers::Servers,
     workers::{Failed, Next, Schedule, Worker},
 };
-
-/// The channel the confirm's transaction notifies, with the chain id as payload.
-pub const CHANNEL: &str = "chain_submissions";
 
 /// How long one unit listens before it returns (and says it is alive).
 const LISTEN_FOR: Duration = Duration::from_secs(10);
 
 pub struct WakeupWorker {
     database_url: String,
-    /// The relayer's wake-up per chain id.
-    relayers: Arc<HashMap<u64, Arc<Notify>>>,
+    /// The relayers' wake-ups per chain id, one per key.
+    relayers: Arc<HashMap<u64, Vec<Arc<Notify>>>>,
+    outcomes: Outcomes,
     listener: Option<PgListener>,
 }
 
 impl WakeupWorker {
-    pub fn new(database_url: String, relayers: Arc<HashMap<u64, Arc<Notify>>>) -> Self {
+    pub fn new(
+        database_url: String,
+        relayers: Arc<HashMap<u64, Vec<Arc<Notify>>>>,
+        outcomes: Outcomes,
+    ) -> Self {
         Self {
             database_url,
             relayers,
+            outcomes,
             listener: None,
         }
     }
@@ -45,7 +51,9 @@ impl WakeupWorker {
     async fn connect(&self) -> anyhow::Result<PgListener> {
         let servers: Servers = self.database_url.parse()?;
         let mut listener = PgListener::connect(&servers.writable_url().await?).await?;
-        listener.listen(CHANNEL).await?;
+        listener
+            .listen_all([outbox::QUEUED_CHANNEL, outbox::DONE_CHANNEL])
+            .await?;
         Ok(listener)
     }
 }
@@ -57,16 +65,25 @@ impl Worker for WakeupWorker {
             None => {
                 let listener = self.connect().await?;
                 // Whatever was committed while nobody listened: each relayer looks once.
-                self.relayers.values().for_each(|wake| wake.notify_one());
+                self.relayers
+                    .values()
+                    .flatten()
+                    .for_each(|wake| wake.notify_one());
                 self.listener.insert(listener)
             }
         };
         match tokio::time::timeout(LISTEN_FOR, listener.try_recv()).await {
             Err(_) => Ok(Next::Again),
+            Ok(Ok(Some(notification))) if notification.channel() == outbox::DONE_CHANNEL => {
+                if let Ok(id) = notification.payload().parse() {
+                    self.outcomes.done(id);
+                }
+                Ok(Next::Again)
+            }
             Ok(Ok(Some(notification))) => {
                 let chain = notification.payload().parse::<u64>().ok();
-                if let Some(wake) = chain.and_then(|id| self.relayers.get(&id)) {
-                    wake.notify_one();
+                if let Some(wakes) = chain.and_then(|id| self.relayers.get(&id)) {
+                    wakes.iter().for_each(|wake| wake.notify_one());
                 }
                 Ok(Next::Again)
             }

@@ -52,7 +52,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     );
     app.wait_until(
         "the relayer sent it",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'sent'"),
     )
     .await;
     // Mined but not yet confirmed: still processing.
@@ -83,7 +83,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     );
     app.wait_until(
         "the relayer let go",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'done'"),
     )
     .await;
     let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
@@ -95,7 +95,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     for series in [
         "chain_head_block{chain=\"evm:31337\"}",
         "chain_listener_lag_blocks{chain=\"evm:31337\"}",
-        "relayer_submissions_pending{chain=\"evm:31337\"}",
+        "relayer_submissions_pending{chain=\"evm:31337\",relayer=\"0x90F79bf6EB2c4f870365E785982E1f101E93b906\"}",
         "settlements_total{chain=\"evm:31337\",outcome=\"succeeded\"}",
     ] {
         assert!(metrics.contains(series), "{series} in /metrics");
@@ -656,4 +656,143 @@ async fn the_clock_sweeper_leaves_a_settled_chains_intents_to_its_listener() {
         "late by our clock, not by the chain's"
     );
     assert_eq!(app.state_of(&id).await, "created");
+}
+
+/// Submissions queued before the outbox existed keep their meaning: the migration computes, in
+/// SQL, the calldata the relayer's own ABI encoding gives for the stored authorization, and the
+/// dedupe key a confirm gives it now.
+#[tokio::test]
+async fn the_outbox_migration_encodes_a_queued_authorization_as_the_relayer_does() {
+    use std::borrow::Cow;
+
+    use payments_api::{
+        chain::{
+            Address, B256, U256,
+            authorization::{Authorization, PayerSignature},
+        },
+        db::migrate::MIGRATOR,
+    };
+    use sqlx::migrate::Migrator;
+
+    const OUTBOX: i64 = 20261201000010;
+    let url = crate::helpers::empty_database().await;
+    let db = sqlx::PgPool::connect(&url).await.unwrap();
+    let before = Migrator {
+        migrations: Cow::Owned(
+            MIGRATOR
+                .iter()
+                .filter(|m| m.version < OUTBOX)
+                .cloned()
+                .collect(),
+        ),
+        ..Migrator::DEFAULT
+    };
+    before.run(&db).await.unwrap();
+
+    let authorization = Authorization {
+        chain_id: 31337,
+        token: crate::helpers::chain::TOKEN.parse().unwrap(),
+        token_name: String::new(),
+        token_version: String::new(),
+        from: PAYER.parse().unwrap(),
+        to: PAYEE.parse::<Address>().unwrap(),
+        value: U256::from(123_456_789_012_345_678_u128),
+        valid_before: 1_900_000_000,
+        nonce: B256::repeat_byte(0xab),
+    };
+    let signature_hex = format!("0x{}{}1c", "11".repeat(32), "22".repeat(32));
+    let signature = PayerSignature::parse(&signature_hex).unwrap();
+    sqlx::query(
+        "INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at)
+         VALUES ('m', 'pi_000000000000000000000001', 'processing', 2, $1::numeric, 'evm:31337', $2, $3, $4, now())",
+    )
+    .bind(authorization.value.to_string())
+    .bind(authorization.token.to_checksum(None))
+    .bind(PAYER)
+    .bind(PAYEE)
+    .execute(&db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO chain_submissions (merchant_id, intent_id, chain_id, token, payer, payee, amount, valid_before, nonce, signature)
+         VALUES ('m', 'pi_000000000000000000000001', 31337, $1, $2, $3, $4::numeric, $5, $6, $7)",
+    )
+    .bind(authorization.token.to_checksum(None))
+    .bind(PAYER)
+    .bind(PAYEE)
+    .bind(authorization.value.to_string())
+    .bind(authorization.valid_before as i64)
+    .bind(authorization.nonce.as_slice())
+    .bind(&signature.to_bytes()[..])
+    .execute(&db)
+    .await
+    .unwrap();
+
+    MIGRATOR.run(&db).await.unwrap();
+    let (kind, subject, dedupe_key, target, calldata): (String, String, String, String, Vec<u8>) =
+        sqlx::query_as("SELECT kind, subject, dedupe_key, target, calldata FROM chain_submissions")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(kind, "intent_payment");
+    assert_eq!(subject, "pi_000000000000000000000001");
+    assert_eq!(
+        dedupe_key,
+        format!(
+            "{}:{}:{}",
+            authorization.token, authorization.from, authorization.nonce
+        )
+    );
+    assert_eq!(target, authorization.token.to_checksum(None));
+    assert_eq!(
+        hex::encode(calldata),
+        hex::encode(authorization.calldata(&signature))
+    );
+}
+
+/// A caller can await a submission's outcome (as an x402 settlement will): it comes back done once
+/// the payment watch moved the intent, with the transaction the chain mined.
+#[tokio::test]
+async fn a_caller_awaits_a_submissions_outcome() {
+    use payments_api::{db, settlement::outbox};
+
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    assert_eq!(app.confirm(&id, &signature).await.status, 200);
+    let submission: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM chain_submissions WHERE subject = $1")
+            .bind(&id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    let pool = db::pool(&app.database_url, 2).unwrap();
+    let outcomes = outbox::Outcomes::default();
+    let status = outbox::await_outcome(
+        &pool,
+        &outcomes,
+        submission,
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
+    .expect("the submission exists");
+    assert_eq!(status.state, "done");
+    assert_eq!(status.outcome.as_deref(), Some("intent_succeeded"));
+    let paid_in = app.get_intent(DEMO_TOKEN, &id).await.json()["settlement"]["transaction_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(status.tx_hashes.contains(&paid_in), "{status:?}");
+    let unknown = outbox::await_outcome(
+        &pool,
+        &outcomes,
+        uuid::Uuid::new_v4(),
+        std::time::Duration::from_secs(1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(unknown, None);
 }

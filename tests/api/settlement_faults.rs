@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::helpers::{
     DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp,
-    chain::{Anvil, Gate, PAYEE, PAYER_KEY, RELAYER_KEY, settlement_env},
+    chain::{Anvil, Gate, PAYEE, PAYER_KEY, RELAYER_KEY, SECOND_RELAYER_KEY, settlement_env},
 };
 
 const AMOUNT: u128 = 100_000_000;
@@ -42,7 +42,7 @@ async fn times_settled(app: &TestApp, id: &str) -> (i64, i64) {
 }
 
 async fn tx_hashes(app: &TestApp, id: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT tx_hashes FROM chain_submissions WHERE intent_id = $1")
+    sqlx::query_scalar("SELECT tx_hashes FROM chain_submissions WHERE subject = $1")
         .bind(id)
         .fetch_one(&app.db)
         .await
@@ -67,7 +67,7 @@ async fn a_transaction_stuck_under_a_rising_base_fee_is_replaced_with_higher_fee
     let id = create_and_confirm(&app, &anvil).await;
     app.wait_until(
         "the relayer sent it",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'sent'"),
     )
     .await;
     // Blocks now cost a thousand times what the transaction offers: it stays in the pool.
@@ -81,13 +81,13 @@ async fn a_transaction_stuck_under_a_rising_base_fee_is_replaced_with_higher_fee
     app.wait_until(
         "the relayer replaced it",
         &format!(
-            "(SELECT cardinality(tx_hashes) FROM chain_submissions WHERE intent_id = '{id}') >= 2"
+            "(SELECT cardinality(tx_hashes) FROM chain_submissions WHERE subject = '{id}') >= 2"
         ),
     )
     .await;
     let hashes = tx_hashes(&app, &id).await;
     let fees: (String, String) = sqlx::query_as(
-        "SELECT max_fee_per_gas::text, tx_nonce::text FROM chain_submissions WHERE intent_id = $1",
+        "SELECT max_fee_per_gas::text, tx_nonce::text FROM chain_submissions WHERE subject = $1",
     )
     .bind(&id)
     .fetch_one(&app.db)
@@ -153,7 +153,7 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
     // It has no record of the first broadcast, which paid nothing yet: it sends again.
     app.wait_until(
         "the restarted relayer sent again",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'sent'"),
     )
     .await;
     let resent = tx_hashes(&app, &id).await;
@@ -174,7 +174,7 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
     );
     app.wait_until(
         "the relayer let go",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'done'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'done'"),
     )
     .await;
 }
@@ -249,14 +249,14 @@ async fn confirm_is_accepted_while_the_chain_is_down_and_settles_once_it_is_back
     assert_eq!(confirmed.json()["state"], "processing");
     app.wait_until(
         "the relayer tried and failed",
-        &format!("(SELECT last_error IS NOT NULL FROM chain_submissions WHERE intent_id = '{id}')"),
+        &format!("(SELECT last_error IS NOT NULL FROM chain_submissions WHERE subject = '{id}')"),
     )
     .await;
     assert!(tx_hashes(&app, &id).await.is_empty());
     gate.open();
     app.wait_until(
         "the relayer sent it",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'sent'"),
     )
     .await;
     anvil.mine(2).await;
@@ -309,7 +309,10 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
     use payments_api::{
         chain::rpc,
         db,
-        settlement::relayer::{Key, RelayerWorker},
+        settlement::{
+            self,
+            relayer::{Key, RelayerWorker},
+        },
         workers::{Next, Worker},
     };
 
@@ -327,6 +330,7 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
         chain.clone(),
         rpc::connect(&chain.rpc_url),
         Key::parse(RELAYER_KEY).unwrap(),
+        settlement::kinds(),
         &settlement,
     );
     let sent = || async {
@@ -356,12 +360,80 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
         "the new submission is sent beside 50 unmined ones"
     );
     let state: String =
-        sqlx::query_scalar("SELECT state FROM chain_submissions WHERE intent_id = $1")
+        sqlx::query_scalar("SELECT state FROM chain_submissions WHERE subject = $1")
             .bind(&newest)
             .fetch_one(&app.db)
             .await
             .unwrap();
     assert_eq!(state, "sent");
+}
+
+/// Two relayer keys share the queued work, each with its own account nonces: the first key claims
+/// its share of 50 and sends it, the second claims what is left, while the first key's
+/// transactions sit unmined. Once blocks are mined again, every intent settles once. Driven unit
+/// by unit through `run_once`, with no relayer inside the app.
+#[tokio::test]
+async fn two_relayer_keys_share_the_queue_each_with_its_own_nonces() {
+    use payments_api::{
+        chain::rpc,
+        db,
+        settlement::{
+            self,
+            relayer::{Key, RelayerWorker},
+        },
+        workers::Worker,
+    };
+
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(1);
+    let app = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| s.settlement = settlement
+    })
+    .await;
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    let chain = settlement.chains[0].clone();
+    let relayer = |key: &str| {
+        RelayerWorker::new(
+            db::pool(&app.database_url, 2).unwrap(),
+            chain.clone(),
+            rpc::connect(&chain.rpc_url),
+            Key::parse(key).unwrap(),
+            settlement::kinds(),
+            &settlement,
+        )
+    };
+    let (first_key, second_key) = (RELAYER_KEY, SECOND_RELAYER_KEY);
+    let (mut first, mut second) = (relayer(first_key), relayer(second_key));
+    let mut ids = Vec::new();
+    for _ in 0..55 {
+        ids.push(create_and_confirm(&app, &anvil).await);
+    }
+    first.run_once().await.unwrap();
+    second.run_once().await.unwrap();
+
+    let nonces_of = |key: &str| {
+        let address = Key::parse(key).unwrap().address().to_checksum(None);
+        let db = app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT tx_nonce FROM chain_submissions WHERE relayer = $1 AND state = 'sent' ORDER BY tx_nonce",
+            )
+            .bind(address)
+            .fetch_all(&db)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(nonces_of(first_key).await, (0..50).collect::<Vec<i64>>());
+    assert_eq!(nonces_of(second_key).await, (0..5).collect::<Vec<i64>>());
+
+    anvil.rpc("evm_setAutomine", json!([true])).await;
+    anvil.mine(2).await;
+    for id in &ids {
+        app.wait_for_state(id, "succeeded").await;
+        assert_eq!(times_settled(&app, id).await, (1, 1));
+    }
 }
 
 /// A confirm wakes the relayer when it commits: with a poll interval of a minute, the submission
@@ -388,7 +460,7 @@ async fn a_confirm_wakes_the_relayer_instead_of_waiting_for_its_poll() {
     // notification can have woken it.
     app.wait_until(
         "the confirmed submission is sent",
-        &format!("(SELECT state FROM chain_submissions WHERE intent_id = '{id}') = 'sent'"),
+        &format!("(SELECT state FROM chain_submissions WHERE subject = '{id}') = 'sent'"),
     )
     .await;
 }

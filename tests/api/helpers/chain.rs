@@ -22,6 +22,9 @@ pub const PAYEE: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 pub const PAYER_KEY: &str = ANVIL_KEYS[1];
 /// Anvil's fourth account pays the relayer's gas.
 pub const RELAYER_KEY: &str = ANVIL_KEYS[3];
+/// Anvil's fifth account: a second relayer key.
+pub const SECOND_RELAYER_KEY: &str =
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a";
 
 /// A pinned chain tool: `ANVIL_BIN` / `CAST_BIN`, else the npm install in `contracts/`.
 fn tool(name: &str) -> PathBuf {

@@ -1,0 +1,222 @@
+//! The outbox of chain transactions (`docs/settlement.md`, "Relayer"): a submission is a call to
+//! send (`target`, `calldata`) of a kind about a subject, queued in the caller's transaction and
+//! unique per chain by its dedupe key, so the same chain effect is never queued twice. The relayer
+//! sends what is queued; each kind answers whether its submission is still wanted and how to read
+//! a revert; a caller can await a submission's outcome.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use alloy::primitives::{Address, Bytes};
+use sqlx::PgConnection;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::db::Pool;
+
+/// The channel a queueing transaction notifies with the chain id: the chain's relayers wake.
+pub const QUEUED_CHANNEL: &str = "chain_submissions";
+/// The channel a submission's end notifies with its id: whoever awaits its outcome wakes.
+pub const DONE_CHANNEL: &str = "chain_submission_outcomes";
+
+/// A submission to queue.
+#[derive(Debug, Clone)]
+pub struct NewSubmission<'a> {
+    pub kind: &'static str,
+    pub subject: &'a str,
+    pub chain_id: u64,
+    /// What makes the chain accept the call once (for an EIP-3009 payment: token, authorizer,
+    /// nonce); a second submission with the same key is the first one.
+    pub dedupe_key: String,
+    pub target: Address,
+    pub calldata: Bytes,
+}
+
+/// Queues `submission` in the caller's transaction and returns its id (the existing one's, if
+/// its dedupe key was queued before). The notification wakes the chain's relayers at commit; a
+/// transaction that rolls back wakes nobody.
+pub async fn queue(
+    conn: &mut PgConnection,
+    submission: &NewSubmission<'_>,
+) -> Result<Uuid, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        WITH queued AS (
+            INSERT INTO chain_submissions (kind, subject, chain_id, dedupe_key, target, calldata)
+            VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT (chain_id, dedupe_key) DO UPDATE SET dedupe_key = EXCLUDED.dedupe_key
+            RETURNING id, chain_id
+        )
+        SELECT id AS "id!" FROM queued CROSS JOIN LATERAL (SELECT pg_notify($7, queued.chain_id::text)) AS woken
+        "#,
+        submission.kind,
+        submission.subject,
+        submission.chain_id as i64,
+        submission.dedupe_key,
+        submission.target.to_checksum(None),
+        submission.calldata.as_ref(),
+        QUEUED_CHANNEL,
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Whether a submission should still be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    Yes,
+    /// No longer: its subject moved on. The outcome says why (e.g. `intent_succeeded`).
+    No(String),
+}
+
+/// What a revert says, as far as the relayer acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revert {
+    /// The authorization was used (perhaps by this very submission, in a block not confirmed
+    /// yet), expired or canceled: sending again cannot help. A watch moves the subject.
+    Spent,
+    /// The payer's balance is short, or the token is paused: it may pass later, before expiry.
+    NotYet,
+    /// Anything else: recorded as an error and tried again.
+    Other,
+}
+
+impl Revert {
+    /// How the EIP-3009 tokens we know (ours, Circle's FiatToken) word their reverts.
+    pub fn of_eip3009(reason: &str) -> Self {
+        let reason = reason.to_ascii_lowercase();
+        let any = |words: &[&str]| words.iter().any(|w| reason.contains(w));
+        if any(&[
+            "authorization is used",
+            "authorization is expired",
+            "authorization is canceled",
+            "used or canceled",
+        ]) {
+            Self::Spent
+        } else if any(&["exceeds balance", "insufficient balance", "paused"]) {
+            Self::NotYet
+        } else {
+            Self::Other
+        }
+    }
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A kind of submission: what its subject is, and how its reverts read.
+pub trait SubmissionKind: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    /// Whether the submission about `subject` should still be sent.
+    fn still_wanted<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>>;
+
+    fn classify(&self, reason: &str) -> Revert {
+        Revert::of_eip3009(reason)
+    }
+}
+
+/// The kinds this server sends, by name.
+#[derive(Clone, Default)]
+pub struct Kinds(Arc<HashMap<&'static str, Arc<dyn SubmissionKind>>>);
+
+impl Kinds {
+    pub fn new(kinds: Vec<Arc<dyn SubmissionKind>>) -> Self {
+        Self(Arc::new(kinds.into_iter().map(|k| (k.name(), k)).collect()))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn SubmissionKind>> {
+        self.0.get(name)
+    }
+}
+
+/// A submission as its caller sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// `queued`, `sent` or `done`.
+    pub state: String,
+    /// Why it is done, once it is.
+    pub outcome: Option<String>,
+    /// Every transaction broadcast for it, the last one newest.
+    pub tx_hashes: Vec<String>,
+    pub last_error: Option<String>,
+}
+
+pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<Status>, sqlx::Error> {
+    sqlx::query_as!(
+        Status,
+        "SELECT state, outcome, tx_hashes, last_error FROM chain_submissions WHERE id = $1",
+        id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Who awaits which submission in this process; the wake-up worker passes on `DONE_CHANNEL`.
+#[derive(Clone, Default)]
+pub struct Outcomes(Arc<Mutex<HashMap<Uuid, Arc<Notify>>>>);
+
+impl Outcomes {
+    fn waiter(&self, id: Uuid) -> Arc<Notify> {
+        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.entry(id).or_default().clone()
+    }
+
+    /// Wakes whoever awaits `id` here.
+    pub fn done(&self, id: Uuid) {
+        let waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = waiting.get(&id) {
+            notify.notify_waiters();
+        }
+    }
+
+    fn forget(&self, id: Uuid, notify: &Arc<Notify>) {
+        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the last waiter removes the entry: the map and this function hold one each.
+        if Arc::strong_count(notify) <= 2 {
+            waiting.remove(&id);
+        }
+    }
+}
+
+/// How often an awaited submission is read even without a notification (one may be missed while
+/// the listening connection reconnects).
+const AWAIT_POLL: Duration = Duration::from_secs(1);
+
+/// The submission's status once it is done, or as it is when `timeout` runs out; `None` if there
+/// is no such submission.
+pub async fn await_outcome(
+    pool: &Pool,
+    outcomes: &Outcomes,
+    id: Uuid,
+    timeout: Duration,
+) -> Result<Option<Status>, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let notify = outcomes.waiter(id);
+    let result = loop {
+        // Registered before reading, so a notification between the read and the wait counts.
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let current = {
+            let mut conn = pool.acquire().await?;
+            status(&mut conn, id).await?
+        };
+        match current {
+            Some(status) if status.state != "done" && tokio::time::Instant::now() < deadline => {}
+            other => break other,
+        }
+        let wait = AWAIT_POLL.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let _ = tokio::time::timeout(wait, notified).await;
+    };
+    outcomes.forget(id, &notify);
+    Ok(result)
+}
