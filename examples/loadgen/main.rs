@@ -56,6 +56,9 @@ struct Args {
     /// Intents confirmed at once in the settlement workload.
     #[arg(long, default_value_t = 100)]
     settlement_intents: usize,
+    /// Relayer keys in the settlement workload (1 or 2).
+    #[arg(long, default_value_t = 1)]
+    settlement_relayer_keys: usize,
     /// Idempotency records stored before the retention workload (a fifth of them past retention).
     #[arg(long, default_value_t = 10_000_000)]
     stored_keys: u64,
@@ -229,7 +232,15 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let settlement = if wanted("settlement") {
-        Some(settlement::run(&api_bin, &args.server, args.settlement_intents).await?)
+        Some(
+            settlement::run(
+                &api_bin,
+                &args.server,
+                args.settlement_intents,
+                args.settlement_relayer_keys,
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -700,10 +711,11 @@ fn print_report(report: &Report) {
     }
     if let Some(s) = &report.settlement {
         println!(
-            "settlement: {} intents confirmed at once, {} confirmations of {} s blocks (floor {:.0} ms): \
+            "settlement: {} intents confirmed at once, {} relayer key(s), {} confirmations of {} s blocks (floor {:.0} ms): \
              processing -> succeeded p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; {} blocks carried them, \
              at most {} per block; all settled in {:.1} s",
             s.intents,
+            s.relayer_keys,
             s.confirmations,
             s.block_seconds,
             s.floor_ms,

@@ -1,5 +1,5 @@
 //! The settlement workload: `intents` intents confirmed at once on an anvil with one-second blocks,
-//! relayed by one relayer, settled after `CHAIN_CONFIRMATIONS`. Measures the time from each
+//! relayed by one relayer key or several, settled after `CHAIN_CONFIRMATIONS`. Measures the time from each
 //! intent's `processing` to its `succeeded` (both transitions' commit times) against the floor a
 //! chain imposes, confirmations × block time, and how many payments each block carried.
 
@@ -20,10 +20,16 @@ use super::{ApiProcess, BODY, TOKEN, empty_database};
 
 pub const CONFIRMATIONS: u64 = 2;
 const BLOCK_SECONDS: u64 = 1;
+/// The relayer keys a run may use: anvil's fourth account, then its fifth.
+const RELAYER_KEYS: [&str; 2] = [
+    ANVIL_KEYS[3],
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+];
 
 #[derive(Debug, Serialize)]
 pub struct SettlementReport {
     pub intents: usize,
+    pub relayer_keys: usize,
     pub confirmations: u64,
     pub block_seconds: u64,
     /// Confirmations × block time: no chain settles faster than this after inclusion.
@@ -78,7 +84,17 @@ fn start_anvil() -> anyhow::Result<(Anvil, String)> {
     Ok((Anvil(child), format!("http://{address}")))
 }
 
-pub async fn run(api_bin: &Path, server: &str, intents: usize) -> anyhow::Result<SettlementReport> {
+pub async fn run(
+    api_bin: &Path,
+    server: &str,
+    intents: usize,
+    relayer_keys: usize,
+) -> anyhow::Result<SettlementReport> {
+    anyhow::ensure!(
+        (1..=RELAYER_KEYS.len()).contains(&relayer_keys),
+        "--settlement-relayer-keys is 1 or {}",
+        RELAYER_KEYS.len()
+    );
     let (_anvil, rpc_url) = start_anvil()?;
     devnet::set_up(&rpc_url.parse()?).await?;
     let database_url = empty_database(server, "payments_bench_settlement").await?;
@@ -86,7 +102,10 @@ pub async fn run(api_bin: &Path, server: &str, intents: usize) -> anyhow::Result
         ("CHAINS".to_owned(), format!("evm:31337={rpc_url}")),
         ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
         ("CHAIN_POLL_INTERVAL_MS".to_owned(), "100".to_owned()),
-        ("RELAYER_PRIVATE_KEY".to_owned(), ANVIL_KEYS[3].to_owned()),
+        (
+            "RELAYER_PRIVATE_KEY".to_owned(),
+            RELAYER_KEYS[..relayer_keys].join(","),
+        ),
     ];
     let api = ApiProcess::start(api_bin, &database_url, &env).await?;
     let base = format!("http://{}", api.addr);
@@ -164,6 +183,7 @@ pub async fn run(api_bin: &Path, server: &str, intents: usize) -> anyhow::Result
     let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
     Ok(SettlementReport {
         intents,
+        relayer_keys,
         confirmations: CONFIRMATIONS,
         block_seconds: BLOCK_SECONDS,
         floor_ms: (CONFIRMATIONS * BLOCK_SECONDS * 1000) as f64,

@@ -19,8 +19,7 @@ pub struct PaymentIntent {
     /// `pi_` + 24 lowercase hex digits.
     #[schema(example = "pi_bfe74542f6b8b55f8f849a22")]
     pub id: String,
-    #[schema(pattern = "^(created|canceled|processing|succeeded|failed)$")]
-    pub state: String,
+    pub state: IntentState,
     /// Starts at 1 and grows by one on every state change.
     pub version: i32,
     /// Token base units, as a decimal string.
@@ -88,7 +87,7 @@ pub async fn insert(
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
                 now() + make_interval(secs => $8), $9, $10)
-        RETURNING id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+        RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
         "#,
@@ -134,7 +133,7 @@ pub async fn find(
     sqlx::query_as!(
         PaymentIntent,
         r#"
-        SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
@@ -218,7 +217,7 @@ pub async fn apply_paid(
                 INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
                 SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
             )
-            SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+            SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                    expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
                    settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
               FROM moved
@@ -316,7 +315,7 @@ pub async fn expire_due(
                 INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
                 SELECT merchant_id, id, version, $1, $3, $5, $6 FROM moved
             )
-            SELECT merchant_id, id, state, version, amount::text AS "amount!", chain, token, payer,
+            SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
                    payee AS merchant, expires_at, created_at, updated_at, canceled_at,
                    cancellation_reason, failure_reason, settlement AS "settlement: Json<Settlement>",
                    metadata AS "metadata: Json<Metadata>"
@@ -349,7 +348,7 @@ pub async fn expire_due(
 struct Expired {
     merchant_id: String,
     id: String,
-    state: String,
+    state: IntentState,
     version: i32,
     amount: String,
     chain: String,
@@ -423,7 +422,7 @@ pub async fn list(
     sqlx::query_as!(
         PaymentIntent,
         r#"
-        SELECT id, state, version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents

@@ -4,8 +4,10 @@
 
 use std::fmt;
 
-/// Where an intent is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an intent is in its life: stored, and answered, as its lowercase name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
 pub enum IntentState {
     Created,
     Canceled,

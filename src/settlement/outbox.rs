@@ -138,11 +138,22 @@ impl Kinds {
     }
 }
 
+/// Where a submission is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+pub enum State {
+    /// Waiting to be sent (claimed by a key, or not yet).
+    Queued,
+    /// Broadcast at least once; it stays with the key whose account nonce it used.
+    Sent,
+    /// Ended: `outcome` says why.
+    Done,
+}
+
 /// A submission as its caller sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
-    /// `queued`, `sent` or `done`.
-    pub state: String,
+    pub state: State,
     /// Why it is done, once it is.
     pub outcome: Option<String>,
     /// Every transaction broadcast for it, the last one newest.
@@ -153,7 +164,7 @@ pub struct Status {
 pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<Status>, sqlx::Error> {
     sqlx::query_as!(
         Status,
-        "SELECT state, outcome, tx_hashes, last_error FROM chain_submissions WHERE id = $1",
+        r#"SELECT state AS "state: State", outcome, tx_hashes, last_error FROM chain_submissions WHERE id = $1"#,
         id
     )
     .fetch_optional(conn)
@@ -211,7 +222,8 @@ pub async fn await_outcome(
             status(&mut conn, id).await?
         };
         match current {
-            Some(status) if status.state != "done" && tokio::time::Instant::now() < deadline => {}
+            Some(status)
+                if status.state != State::Done && tokio::time::Instant::now() < deadline => {}
             other => break other,
         }
         let wait = AWAIT_POLL.min(deadline.saturating_duration_since(tokio::time::Instant::now()));

@@ -21,7 +21,7 @@ use crate::{
     intents::{
         domain::{self, IntentId},
         repo::{self, PaymentIntent, TransitionError},
-        state::{Action, Actor},
+        state::{Action, Actor, IntentState},
     },
 };
 
@@ -86,7 +86,7 @@ async fn payable(
     let intent = repo::find(conn, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
-    if intent.state != "created" {
+    if intent.state != IntentState::Created {
         return Err(ApiError::InvalidStateTransition(format!(
             "payment intent {}: a {} payment intent cannot be paid",
             intent.id, intent.state
@@ -198,12 +198,14 @@ impl SubmissionKind for IntentPayment {
         subject: &'a str,
     ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
         Box::pin(async move {
-            let state =
-                sqlx::query_scalar!("SELECT state FROM payment_intents WHERE id = $1", subject)
-                    .fetch_optional(conn)
-                    .await?;
-            Ok(match state.as_deref() {
-                Some("processing") => Wanted::Yes,
+            let state = sqlx::query_scalar!(
+                r#"SELECT state AS "state: IntentState" FROM payment_intents WHERE id = $1"#,
+                subject
+            )
+            .fetch_optional(conn)
+            .await?;
+            Ok(match state {
+                Some(IntentState::Processing) => Wanted::Yes,
                 Some(other) => Wanted::No(format!("intent_{other}")),
                 None => Wanted::No("intent_missing".to_owned()),
             })

@@ -21,7 +21,7 @@ use alloy::{
 use sqlx::PgConnection;
 use tokio::sync::OnceCell;
 
-use super::outbox::{self, Kinds, Revert, Wanted};
+use super::outbox::{self, Kinds, Revert, State, Wanted};
 use crate::{
     chain::rpc::{ChainError, Node},
     config::{ChainEndpoint, SettlementSettings},
@@ -208,7 +208,7 @@ struct Submission {
     subject: String,
     target: String,
     calldata: Vec<u8>,
-    state: String,
+    state: State,
     tx_nonce: Option<i64>,
     tx_hashes: Vec<String>,
     max_fee_per_gas: Option<String>,
@@ -275,7 +275,7 @@ impl Relayer<'_> {
             Submission,
             r#"
             SELECT id AS "id!", kind AS "kind!", subject AS "subject!", target AS "target!",
-                   calldata AS "calldata!", state AS "state!", tx_nonce, tx_hashes AS "tx_hashes!",
+                   calldata AS "calldata!", state AS "state!: State", tx_nonce, tx_hashes AS "tx_hashes!",
                    max_fee_per_gas::text AS max_fee_per_gas,
                    max_priority_fee_per_gas::text AS max_priority_fee_per_gas, sent_at_block
               FROM (SELECT *, row_number() OVER (PARTITION BY state ORDER BY created_at) AS rank
@@ -294,7 +294,7 @@ impl Relayer<'_> {
             .set(open.len() as f64);
         let mut ticked = Ticked {
             broadcast: 0,
-            queued_left: open.iter().filter(|s| s.state == "queued").count() as i64 >= BATCH,
+            queued_left: open.iter().filter(|s| s.state == State::Queued).count() as i64 >= BATCH,
         };
         if open.is_empty() {
             return Ok(ticked);
@@ -327,7 +327,7 @@ impl Relayer<'_> {
                 finish(conn, &submission, &outcome).await?;
                 continue;
             }
-            if submission.state == "sent" && self.still_pending(&submission, head).await? {
+            if submission.state == State::Sent && self.still_pending(&submission, head).await? {
                 continue;
             }
             if !still_held().await? {
@@ -410,8 +410,8 @@ impl Relayer<'_> {
             },
         }
         // Only a sent submission can be replaced: while the chain has not passed its nonce.
-        let replacing = match (s.state.as_str(), s.tx_nonce) {
-            ("sent", Some(n)) => n as u64 >= self.node.get_transaction_count(from).await?,
+        let replacing = match (s.state, s.tx_nonce) {
+            (State::Sent, Some(n)) => n as u64 >= self.node.get_transaction_count(from).await?,
             _ => false,
         };
         let tx_nonce = match (replacing, s.tx_nonce) {

@@ -779,7 +779,7 @@ async fn a_caller_awaits_a_submissions_outcome() {
     .await
     .unwrap()
     .expect("the submission exists");
-    assert_eq!(status.state, "done");
+    assert_eq!(status.state, outbox::State::Done);
     assert_eq!(status.outcome.as_deref(), Some("intent_succeeded"));
     let paid_in = app.get_intent(DEMO_TOKEN, &id).await.json()["settlement"]["transaction_hash"]
         .as_str()
