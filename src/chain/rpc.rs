@@ -46,8 +46,13 @@ pub enum ChainError {
 impl From<TransportError> for ChainError {
     fn from(error: TransportError) -> Self {
         match error.as_error_resp() {
+            // The revert data follows the message: a custom error (OpenZeppelin 5's
+            // `ERC20InsufficientBalance`) is only its selector there.
             Some(payload) if payload.message.contains("revert") => Self::Reverted {
-                reason: payload.message.to_string(),
+                reason: match &payload.data {
+                    Some(data) => format!("{} (data {})", payload.message, data.get()),
+                    None => payload.message.to_string(),
+                },
             },
             Some(payload) => Self::Refused(payload.message.to_string()),
             None => Self::Unreachable(error.to_string()),

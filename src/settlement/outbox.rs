@@ -87,7 +87,9 @@ pub enum Revert {
 }
 
 impl Revert {
-    /// How the EIP-3009 tokens we know (ours, Circle's FiatToken) word their reverts.
+    /// How the EIP-3009 tokens we know word their reverts: ours and Circle's FiatToken in
+    /// strings, OpenZeppelin 5 by custom error selectors (`ERC20InsufficientBalance`
+    /// 0xe450d38c, `EnforcedPause` 0xd93c0665).
     pub fn of_eip3009(reason: &str) -> Self {
         let reason = reason.to_ascii_lowercase();
         let any = |words: &[&str]| words.iter().any(|w| reason.contains(w));
@@ -98,7 +100,13 @@ impl Revert {
             "used or canceled",
         ]) {
             Self::Spent
-        } else if any(&["exceeds balance", "insufficient balance", "paused"]) {
+        } else if any(&[
+            "exceeds balance",
+            "insufficient balance",
+            "0xe450d38c",
+            "paused",
+            "0xd93c0665",
+        ]) {
             Self::NotYet
         } else {
             Self::Other
@@ -231,4 +239,42 @@ pub async fn await_outcome(
     };
     outcomes.forget(id, &notify);
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Revert;
+
+    #[test]
+    fn reverts_read_as_the_tokens_word_them() {
+        for (reason, read) in [
+            (
+                "execution reverted: EIP3009: authorization is used or canceled",
+                Revert::Spent,
+            ),
+            (
+                "execution reverted: FiatTokenV2: authorization is used or canceled",
+                Revert::Spent,
+            ),
+            (
+                "execution reverted: FiatTokenV2: authorization is expired",
+                Revert::Spent,
+            ),
+            (
+                "execution reverted: ERC20: transfer amount exceeds balance",
+                Revert::NotYet,
+            ),
+            ("execution reverted: Pausable: paused", Revert::NotYet),
+            (
+                "execution reverted: custom error 0xe450d38c (data \"0xe450d38c00\")",
+                Revert::NotYet,
+            ),
+            (
+                "execution reverted: EIP3009: invalid signature",
+                Revert::Other,
+            ),
+        ] {
+            assert_eq!(Revert::of_eip3009(reason), read, "{reason}");
+        }
+    }
 }

@@ -436,6 +436,49 @@ async fn two_relayer_keys_share_the_queue_each_with_its_own_nonces() {
     }
 }
 
+/// A payer short of funds is not an error to retry every tick: the relayer reads the token's
+/// revert as "not yet", keeps the submission queued with the reason and sends nothing; once the
+/// payer's balance covers the amount, it is paid.
+#[tokio::test]
+async fn a_payer_short_of_funds_waits_queued_and_is_paid_once_funded() {
+    use payments_api::chain::devnet::ANVIL_KEYS;
+
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(1);
+    let app = TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    // Twice what the payer holds.
+    let id = app
+        .create_intent_id(&crate::helpers::body_with_amount("2000000000000"))
+        .await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+    assert_eq!(app.confirm(&id, &signature).await.status, 200);
+    app.wait_until(
+        "the relayer noted why it waits",
+        &format!(
+            "(SELECT last_error LIKE '%0xe450d38c%' AND state = 'queued' AND attempts = 0 AND cardinality(tx_hashes) = 0
+                FROM chain_submissions WHERE subject = '{id}')"
+        ),
+    )
+    .await;
+    assert_eq!(app.state_of(&id).await, "processing");
+    // Another holder sends the payer the rest.
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        ANVIL_KEYS[2],
+        crate::helpers::chain::TOKEN,
+        "transfer(address,uint256)",
+        crate::helpers::chain::PAYER,
+        "1000000000000",
+    ]);
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(times_settled(&app, &id).await, (1, 1));
+}
+
 /// A confirm wakes the relayer when it commits: with a poll interval of a minute, the submission
 /// is still sent within moments (a `NOTIFY` in the confirm's transaction, passed on by the
 /// replica's listening connection).
