@@ -43,7 +43,7 @@ pub struct PaymentIntent {
     pub canceled_at: Option<OffsetDateTime>,
     /// `merchant_request` or `expired` once canceled.
     pub cancellation_reason: Option<String>,
-    /// `authorization_expired` or `nonce_used_otherwise` once failed.
+    /// `authorization_expired`, `nonce_used_otherwise` or `authorization_canceled` once failed.
     pub failure_reason: Option<String>,
     /// The confirmed transaction that paid it, once paid (also on a canceled intent that a payer
     /// paid anyway: the chain is the source of truth).

@@ -33,6 +33,8 @@ pub enum Action {
     Settle,
     /// A confirmed transaction used the intent's nonce for another amount or recipient.
     BurnNonce,
+    /// The payer canceled the intent's authorization on chain (EIP-3009 `cancelAuthorization`).
+    CancelAuthorization,
 }
 
 /// Who made a state change, recorded with every transition.
@@ -130,6 +132,18 @@ pub const TRANSITIONS: &[Transition] = &[
         IntentState::Failed,
     )
     .failing("nonce_used_otherwise"),
+    Transition::new(
+        IntentState::Created,
+        Action::CancelAuthorization,
+        IntentState::Failed,
+    )
+    .failing("authorization_canceled"),
+    Transition::new(
+        IntentState::Processing,
+        Action::CancelAuthorization,
+        IntentState::Failed,
+    )
+    .failing("authorization_canceled"),
 ];
 
 /// The transition `action` takes from `from`, if the machine allows it.
@@ -182,6 +196,7 @@ impl Action {
             Self::Confirm => "confirm",
             Self::Settle => "settle",
             Self::BurnNonce => "burn_nonce",
+            Self::CancelAuthorization => "cancel_authorization",
         }
     }
 }
@@ -238,6 +253,7 @@ mod tests {
                 Action::Confirm,
                 Action::Settle,
                 Action::BurnNonce,
+                Action::CancelAuthorization,
             ] {
                 assert!(transition(done, action).is_none(), "{done} is final");
             }

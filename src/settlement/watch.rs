@@ -2,7 +2,7 @@
 //! log changes (`docs/settlement.md`, "Follower and watches"). It wants `AuthorizationUsed` and
 //! `AuthorizationCanceled` of the EIP-3009 tokens read on that chain; a use of an intent's nonce
 //! by its payer settles the intent if the same transaction's transfer paid it and fails it
-//! otherwise, as a cancellation does; and the newest confirmed block's time expires intents.
+//! otherwise; a cancellation fails it; and the newest confirmed block's time expires intents.
 
 use alloy::{providers::Provider, rpc::types::Log, sol_types::SolEvent};
 use serde::{Deserialize, Serialize};
@@ -145,8 +145,8 @@ impl Watch for PaymentWatch {
     }
 
     /// `succeeded` (or recorded on a canceled intent) if the transfer paid the intent, `failed`
-    /// if the nonce was burned otherwise; a payment is booked in the ledger whatever the intent
-    /// could still do, since the money moved.
+    /// if the nonce was burned otherwise or the authorization canceled; a payment is booked in
+    /// the ledger whatever the intent could still do, since the money moved.
     async fn apply(
         &self,
         tx: &mut PgConnection,
@@ -155,10 +155,10 @@ impl Watch for PaymentWatch {
     ) -> Result<&'static str, sqlx::Error> {
         let used: NonceUse =
             serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
-        let (action, outcome) = if used.pays_intent {
-            (Action::Settle, "succeeded")
-        } else {
-            (Action::BurnNonce, "nonce_used_otherwise")
+        let (action, outcome) = match (o.kind.as_str(), used.pays_intent) {
+            (CANCELED, _) => (Action::CancelAuthorization, "authorization_canceled"),
+            (_, true) => (Action::Settle, "succeeded"),
+            (_, false) => (Action::BurnNonce, "nonce_used_otherwise"),
         };
         let settlement = Settlement {
             transaction_hash: o.transaction_hash.clone(),

@@ -403,7 +403,11 @@ async fn a_payer_who_cancels_the_authorization_on_chain_fails_the_intent() {
     app.wait_for_state(&id, "failed").await;
     assert_eq!(
         app.get_intent(DEMO_TOKEN, &id).await.json()["failure_reason"],
-        "nonce_used_otherwise"
+        "authorization_canceled"
+    );
+    assert_eq!(
+        event_types(&app, &id).await,
+        ["payment_intent.created", "payment_intent.failed"]
     );
     let kind: String = sqlx::query_scalar("SELECT kind FROM chain_observations WHERE subject = $1")
         .bind(&id)
