@@ -25,10 +25,10 @@ $(CHAIN_TOOLS): contracts/package.json contracts/package-lock.json
 	npm ci --prefix contracts --no-audit --no-fund
 	touch $@
 
-contracts: chain-tools ## rebuild contracts/build/DevnetUSD.json from contracts/src with the pinned solc
+contracts: chain-tools ## rebuild contracts/build/ (the devnet token; USDC from Circle's vendored source) with the pinned solc
 	node contracts/build.js
 
-contracts-check: chain-tools ## fail if the committed token artifact differs from a fresh build
+contracts-check: chain-tools ## fail if a committed contract artifact differs from a fresh build
 	node contracts/build.js --check
 
 lint: migrate ## rustfmt, clippy, the committed sqlx metadata (against a migrated DATABASE_URL), feature unification

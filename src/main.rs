@@ -46,7 +46,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 "already deployed"
             };
-            println!("devnet token {what} at {} on {rpc_url}", devnet.token);
+            println!(
+                "devnet token {what} at {}, USDC at {}, on {rpc_url}",
+                devnet.token, devnet.usdc
+            );
             Ok(())
         }
         Some(Command::Reconcile {

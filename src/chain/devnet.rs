@@ -1,8 +1,10 @@
-//! `payments-api devnet --rpc-url URL`: the seed's token on a fresh anvil. Anvil's first account
-//! deploys the devnet token at its nonce 0, which puts it at
+//! `payments-api devnet --rpc-url URL`: the seed's token and USDC on a fresh anvil. Anvil's first
+//! account deploys the devnet token at its nonce 0, which puts it at
 //! `0x5FbDB2315678afecb367f032d93F642f64180aa3`, minting 1 000 000 tokens to each of the next three
-//! accounts in the constructor: one transaction, so the set-up happens entirely or not at all, and
-//! a second run finds the token and changes nothing.
+//! accounts in the constructor: one transaction, so it happens entirely or not at all. Then
+//! Circle's FiatTokenV2_2 is deployed behind its proxy at `0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba`
+//! (`fiat_token`), minting the same to the same accounts. A second run finds both and changes
+//! nothing.
 
 use alloy::{
     network::EthereumWallet,
@@ -26,9 +28,10 @@ pub const ANVIL_KEYS: [&str; 4] = [
 /// Each holder's starting balance: 1 000 000 tokens of 6 decimals.
 pub const MINTED_EACH: u64 = 1_000_000_000_000;
 
-/// Where the token is after a run: the address, and whether this run deployed it.
+/// Where the tokens are after a run, and whether this run deployed them.
 pub struct Devnet {
     pub token: Address,
+    pub usdc: Address,
     pub deployed_now: bool,
 }
 
@@ -47,26 +50,42 @@ pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
         .wallet(EthereumWallet::from(deployer))
         .connect_http(rpc_url.clone());
     let token = from.create(0);
+    let devnet_usd = deploy_devnet_usd(&node, from, token, holders.clone(), rpc_url).await?;
+    let usdc = super::fiat_token::deploy(rpc_url, &holders, MINTED_EACH)
+        .await
+        .context("deploying USDC (FiatTokenV2_2)")?;
+    Ok(Devnet {
+        token,
+        usdc: super::fiat_token::address(),
+        deployed_now: devnet_usd || usdc,
+    })
+}
+
+/// Deploys the devnet token at `token`; `false` if it is there already.
+async fn deploy_devnet_usd(
+    node: &impl Provider,
+    from: Address,
+    token: Address,
+    holders: Vec<Address>,
+    rpc_url: &url::Url,
+) -> anyhow::Result<bool> {
     let code = node
         .get_code_at(token)
         .await
         .with_context(|| format!("cannot reach the chain at {rpc_url}"))?;
     if !code.is_empty() {
-        let name = DevnetUSD::new(token, &node).name().call().await?;
+        let name = DevnetUSD::new(token, node).name().call().await?;
         if name != "Devnet USD" {
             bail!("{token} holds another contract ({name:?}), not the devnet token");
         }
-        return Ok(Devnet {
-            token,
-            deployed_now: false,
-        });
+        return Ok(false);
     }
     if node.get_transaction_count(from).await? > 0 {
         bail!(
             "{from} already used its nonce 0 on this chain without deploying the token at {token}: start from a fresh anvil"
         );
     }
-    let deployed = DevnetUSD::deploy(&node, holders, U256::from(MINTED_EACH))
+    let deployed = DevnetUSD::deploy(node, holders, U256::from(MINTED_EACH))
         .await
         .context("deploying the devnet token")?;
     if *deployed.address() != token {
@@ -75,8 +94,5 @@ pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
             deployed.address()
         );
     }
-    Ok(Devnet {
-        token,
-        deployed_now: true,
-    })
+    Ok(true)
 }

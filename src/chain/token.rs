@@ -29,8 +29,11 @@ pub enum TokenSupport {
     NotSupported(String),
 }
 
-/// Reads a token's EIP-712 domain (EIP-5267 `eip712Domain()`), checks it against the token's own
-/// `DOMAIN_SEPARATOR()`, and that it answers EIP-3009's `authorizationState`.
+/// Reads a token's EIP-712 domain and accepts it only if it reproduces the token's own
+/// `DOMAIN_SEPARATOR()` for this chain and address: from EIP-5267 `eip712Domain()` when the token
+/// has it, else from `name()` and `version()` (Circle's FiatToken, USDC and EURC, has no
+/// EIP-5267). Then checks that it answers EIP-3009's `authorizationState`. A refusal says which
+/// check failed (`docs/settlement.md`, "The token's domain").
 pub async fn inspect(
     node: &Node,
     chain_id: u64,
@@ -42,18 +45,12 @@ pub async fn inspect(
             "no contract at {address}"
         )));
     }
-    let token = DevnetUSD::new(address, node);
+    let token = Eip712Token::new(address, node);
     let unsupported = |what: &str| Ok(TokenSupport::NotSupported(format!("{address} {what}")));
+    // A revert is an answer (the token lacks the function); a node that does not answer is not.
     let reverted = |e: alloy::contract::Error| match ChainError::from(e) {
         ChainError::Unreachable(why) => Err(ChainError::Unreachable(why)),
         _ => Ok(()),
-    };
-    let domain = match token.eip712Domain().call().await {
-        Ok(domain) => domain,
-        Err(e) => {
-            reverted(e)?;
-            return unsupported("does not describe its EIP-712 domain (EIP-5267)");
-        }
     };
     let separator = match token.DOMAIN_SEPARATOR().call().await {
         Ok(separator) => separator,
@@ -62,6 +59,40 @@ pub async fn inspect(
             return unsupported("has no DOMAIN_SEPARATOR()");
         }
     };
+    let (name, version, source) = match token.eip712Domain().call().await {
+        Ok(domain) => {
+            if domain.verifyingContract != address || domain.chainId != U256::from(chain_id) {
+                return unsupported(&format!(
+                    "describes an EIP-712 domain (eip712Domain()) for chain {} and contract {}, not chain {chain_id} and itself",
+                    domain.chainId, domain.verifyingContract
+                ));
+            }
+            (domain.name, domain.version, "eip712Domain()")
+        }
+        Err(e) => {
+            reverted(e)?;
+            let name = match token.name().call().await {
+                Ok(name) => name,
+                Err(e) => {
+                    reverted(e)?;
+                    return unsupported("has neither eip712Domain() (EIP-5267) nor name()");
+                }
+            };
+            let version = match token.version().call().await {
+                Ok(version) => version,
+                Err(e) => {
+                    reverted(e)?;
+                    return unsupported("has neither eip712Domain() (EIP-5267) nor version()");
+                }
+            };
+            (name, version, "name() and version()")
+        }
+    };
+    if eip712_domain(&name, &version, chain_id, address).separator() != separator {
+        return unsupported(&format!(
+            "has a DOMAIN_SEPARATOR() that its {source} (name {name:?}, version {version:?}) do not reproduce for chain {chain_id} and this address"
+        ));
+    }
     if let Err(e) = token
         .authorizationState(Address::ZERO, B256::ZERO)
         .call()
@@ -70,19 +101,19 @@ pub async fn inspect(
         reverted(e)?;
         return unsupported("does not implement EIP-3009 (authorizationState)");
     }
-    let expected = eip712_domain(&domain.name, &domain.version, chain_id, address).separator();
-    if expected != separator
-        || domain.verifyingContract != address
-        || domain.chainId != U256::from(chain_id)
-    {
-        return unsupported(
-            "describes an EIP-712 domain that does not match its DOMAIN_SEPARATOR()",
-        );
+    Ok(TokenSupport::Eip3009 { name, version })
+}
+
+sol! {
+    /// What `inspect` asks a token: its EIP-712 domain either way, and EIP-3009's state.
+    #[sol(rpc)]
+    interface Eip712Token {
+        function DOMAIN_SEPARATOR() external view returns (bytes32);
+        function eip712Domain() external view returns (bytes1 fields, string name, string version, uint256 chainId, address verifyingContract, bytes32 salt, uint256[] extensions);
+        function name() external view returns (string);
+        function version() external view returns (string);
+        function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
     }
-    Ok(TokenSupport::Eip3009 {
-        name: domain.name,
-        version: domain.version,
-    })
 }
 
 /// The EIP-712 domain of a token: name, version, chain id, verifying contract.

@@ -82,6 +82,9 @@ pub enum Revert {
     Spent,
     /// The payer's balance is short, or the token is paused: it may pass later, before expiry.
     NotYet,
+    /// The contract refused the signature: what we read of it (its EIP-712 domain) may be out of
+    /// date. Recorded as an error, and the contract is read again.
+    SignatureRefused,
     /// Anything else: recorded as an error and tried again.
     Other,
 }
@@ -108,6 +111,8 @@ impl Revert {
             "0xd93c0665",
         ]) {
             Self::NotYet
+        } else if any(&["invalid signature"]) {
+            Self::SignatureRefused
         } else {
             Self::Other
         }
@@ -270,7 +275,11 @@ mod tests {
                 Revert::NotYet,
             ),
             (
-                "execution reverted: EIP3009: invalid signature",
+                "execution reverted: FiatTokenV2: invalid signature",
+                Revert::SignatureRefused,
+            ),
+            (
+                "execution reverted: EIP3009: authorization is not yet valid",
                 Revert::Other,
             ),
         ] {

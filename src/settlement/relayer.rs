@@ -403,6 +403,10 @@ impl Relayer<'_> {
                             note(conn, s, &reason).await?;
                             return Ok(false);
                         }
+                        Some(Revert::SignatureRefused) => {
+                            super::tokens::read_again(conn, self.chain.id, &s.target).await?;
+                            return Err(ChainError::Reverted { reason }.into());
+                        }
                         _ => return Err(ChainError::Reverted { reason }.into()),
                     }
                 }

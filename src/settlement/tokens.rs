@@ -1,5 +1,6 @@
-//! The tokens intents name, as read from their chain once and kept in PostgreSQL: an
-//! authorization can then be built and checked while the chain is unreachable.
+//! The tokens intents name, as read from their chain and kept in PostgreSQL: an authorization can
+//! then be built and checked while the chain is unreachable. Read again after an hour, and after
+//! the token refused a signature, never trusted forever.
 
 use alloy::primitives::Address;
 use sqlx::PgConnection;
@@ -12,7 +13,12 @@ use crate::{
     config::ChainEndpoint,
 };
 
-/// What the token at `address` on `chain` is: from PostgreSQL, or read from the chain and stored.
+/// How long what was read of a token is trusted before it is read again: a token behind an
+/// upgradeable proxy (USDC) can change its domain.
+const READ_AGAIN_AFTER_SECONDS: f64 = 3600.0;
+
+/// What the token at `address` on `chain` is: from PostgreSQL while that is recent, else read from
+/// the chain and stored. A token read before whose chain does not answer now is answered as read.
 pub async fn resolve(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
@@ -21,37 +27,76 @@ pub async fn resolve(
 ) -> Result<TokenSupport, ResolveError> {
     let text = address.to_checksum(None);
     let known = sqlx::query!(
-        "SELECT supports_eip3009, name, version FROM chain_tokens WHERE chain_id = $1 AND address = $2",
+        r#"SELECT supports_eip3009, name, version, refusal,
+                  checked_at > now() - make_interval(secs => $3) AS "recent!"
+             FROM chain_tokens WHERE chain_id = $1 AND address = $2"#,
         chain.id as i64,
         text,
+        READ_AGAIN_AFTER_SECONDS,
     )
     .fetch_optional(&mut *conn)
     .await?;
-    if let Some(known) = known {
-        return Ok(match (known.supports_eip3009, known.name, known.version) {
-            (true, Some(name), Some(version)) => TokenSupport::Eip3009 { name, version },
-            _ => TokenSupport::NotSupported(format!("{text} does not implement EIP-3009")),
+    let stored = known
+        .as_ref()
+        .map(|k| match (k.supports_eip3009, &k.name, &k.version) {
+            (true, Some(name), Some(version)) => TokenSupport::Eip3009 {
+                name: name.clone(),
+                version: version.clone(),
+            },
+            _ => TokenSupport::NotSupported(
+                k.refusal
+                    .clone()
+                    .unwrap_or_else(|| format!("{text} does not implement EIP-3009")),
+            ),
         });
+    if let (Some(known), Some(stored)) = (&known, &stored)
+        && known.recent
+    {
+        return Ok(stored.clone());
     }
-    let support = token::inspect(node, chain.id, address).await?;
-    let (supported, name, version) = match &support {
+    let support = match (token::inspect(node, chain.id, address).await, stored) {
+        (Ok(support), _) => support,
+        (Err(ChainError::Unreachable(_)), Some(stored)) => return Ok(stored),
+        (Err(e), _) => return Err(e.into()),
+    };
+    let (supported, name, version, refusal) = match &support {
         TokenSupport::Eip3009 { name, version } => {
-            (true, Some(name.as_str()), Some(version.as_str()))
+            (true, Some(name.as_str()), Some(version.as_str()), None)
         }
-        TokenSupport::NotSupported(_) => (false, None, None),
+        TokenSupport::NotSupported(why) => (false, None, None, Some(why.as_str())),
     };
     sqlx::query!(
-        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version)
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, refusal)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (chain_id, address) DO UPDATE
+            SET supports_eip3009 = $3, name = $4, version = $5, refusal = $6, checked_at = now()",
         chain.id as i64,
         text,
         supported,
         name,
         version,
+        refusal,
     )
     .execute(&mut *conn)
     .await?;
     Ok(support)
+}
+
+/// The token refused a signature made under what we read of it: read it again before the next
+/// authorization is built (its domain may have changed under an upgradeable proxy).
+pub async fn read_again(
+    conn: &mut PgConnection,
+    chain_id: u64,
+    address: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE chain_tokens SET checked_at = '-infinity' WHERE chain_id = $1 AND address = $2",
+        chain_id as i64,
+        address,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]

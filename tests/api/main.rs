@@ -15,4 +15,5 @@ mod pool;
 mod security;
 mod settlement;
 mod settlement_faults;
+mod usdc;
 mod webhooks;

@@ -229,6 +229,30 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
         .await;
     assert_eq!(answer.status, 422, "{}", answer.body);
     assert_eq!(answer.json()["error"], "token_not_supported");
+    // A contract that is no token (USDC's signature library): refused for the check it fails, with
+    // the same detail on every later answer, for any intent naming it.
+    let library = SEED_BODY.replace(
+        "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+        "0x700b6A60ce7EaaEA56F065753d8dcB9653dbAD35",
+    );
+    let mut details = Vec::new();
+    for _ in 0..2 {
+        let id = app.create_intent_id(&library).await;
+        let answer = app
+            .get_as(
+                DEMO_TOKEN,
+                &format!("/v1/payment_intents/{id}/authorization"),
+            )
+            .await;
+        assert_eq!(answer.status, 422, "{}", answer.body);
+        details.push(answer.json()["detail"].as_str().unwrap().to_owned());
+    }
+    assert!(
+        details[0].contains("has no DOMAIN_SEPARATOR()"),
+        "{}",
+        details[0]
+    );
+    assert_eq!(details[0], details[1]);
     drop(anvil);
     // The chain is gone and this token was never read: 503, nothing stored.
     let id = app.create_intent_id(SEED_BODY).await;

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 
 /// The seed's token, anvil's first contract.
 pub const TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+/// Circle's USDC behind its proxy, as `payments-api devnet` deploys it.
+pub const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
 pub const PAYER: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 pub const PAYEE: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 pub const PAYER_KEY: &str = ANVIL_KEYS[1];
@@ -135,7 +137,12 @@ impl Anvil {
 
     /// `address`'s balance of the devnet token.
     pub fn balance(&self, address: &str) -> u128 {
-        let out = self.cast(&["call", TOKEN, "balanceOf(address)(uint256)", address]);
+        self.balance_of(TOKEN, address)
+    }
+
+    /// `address`'s balance of `token`.
+    pub fn balance_of(&self, token: &str, address: &str) -> u128 {
+        let out = self.cast(&["call", token, "balanceOf(address)(uint256)", address]);
         out.split_whitespace().next().unwrap().parse().unwrap()
     }
 
@@ -151,7 +158,8 @@ impl Anvil {
         ])
     }
 
-    /// The payer submits the authorization in `typed_data` with `signature` themselves.
+    /// The payer submits the authorization in `typed_data` with `signature` themselves, to the
+    /// token the document names.
     pub fn submit_as_payer(&self, typed_data: &Value, signature: &str) -> String {
         let m = &typed_data["message"];
         let text = |v: &Value| v.as_str().unwrap().to_owned();
@@ -159,7 +167,7 @@ impl Anvil {
             "send",
             "--private-key",
             PAYER_KEY,
-            TOKEN,
+            &text(&typed_data["domain"]["verifyingContract"]),
             "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
             &text(&m["from"]),
             &text(&m["to"]),

@@ -1,0 +1,133 @@
+//! Circle's USDC exactly as deployed (FiatTokenV2_2 behind its proxy, built from Circle's source,
+//! `docs/settlement.md`): its EIP-712 domain has no EIP-5267 and is read from `name()` and
+//! `version()`, checked against its `DOMAIN_SEPARATOR()`; an intent in USDC is paid end to end.
+
+use crate::helpers::{
+    DEMO_TOKEN, SEED_BODY, TestApp,
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
+};
+
+const AMOUNT: u128 = 100_000_000;
+
+fn usdc_body() -> String {
+    SEED_BODY.replace(TOKEN, USDC)
+}
+
+async fn app_on(anvil: &Anvil, relayer: bool) -> TestApp {
+    let settlement = anvil.settlement(1);
+    TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        if relayer {
+            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+        }
+    })
+    .await
+}
+
+/// USDC has no `eip712Domain()`: the domain comes from `name()` and `version()`, accepted because
+/// it reproduces the token's `DOMAIN_SEPARATOR()`, which cast computes here from the same parts.
+#[tokio::test]
+async fn the_usdc_domain_is_read_from_name_and_version() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, false).await;
+    let id = app.create_intent_id(&usdc_body()).await;
+    let typed = app.typed_data(&id).await;
+    assert_eq!(typed["domain"]["name"], "USD Coin");
+    assert_eq!(typed["domain"]["version"], "2");
+    assert_eq!(typed["domain"]["chainId"], 31337);
+    assert_eq!(typed["domain"]["verifyingContract"], USDC);
+    let keccak = |text: &str| anvil.cast(&["keccak", text]);
+    let encoded = anvil.cast(&[
+        "abi-encode",
+        "f(bytes32,bytes32,bytes32,uint256,address)",
+        &keccak(
+            "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)",
+        ),
+        &keccak("USD Coin"),
+        &keccak("2"),
+        "31337",
+        USDC,
+    ]);
+    assert_eq!(
+        anvil.cast(&["keccak", &encoded]),
+        anvil.cast(&["call", USDC, "DOMAIN_SEPARATOR()(bytes32)"])
+    );
+}
+
+#[tokio::test]
+async fn an_intent_in_usdc_is_paid_by_our_relayer() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    let before = anvil.balance_of(USDC, PAYEE);
+    let id = app.create_intent_id(&usdc_body()).await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+    let answer = app.confirm(&id, &signature).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(USDC, PAYEE) - before, AMOUNT);
+    let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
+    assert_eq!(balances["data"][0]["token"], USDC);
+    assert_eq!(balances["data"][0]["amount"], AMOUNT.to_string());
+}
+
+#[tokio::test]
+async fn an_intent_in_usdc_is_paid_by_the_payer_with_cast_send() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, false).await;
+    let payer_before = anvil.balance_of(USDC, PAYER);
+    let id = app.create_intent_id(&usdc_body()).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    anvil.submit_as_payer(&typed, &signature);
+    anvil.mine(1).await;
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(payer_before - anvil.balance_of(USDC, PAYER), AMOUNT);
+}
+
+/// The EIP-712 name of a new USDC intent's authorization.
+async fn domain_name(app: &TestApp) -> String {
+    let id = app.create_intent_id(&usdc_body()).await;
+    app.typed_data(&id).await["domain"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// What was read of a token is not trusted forever: USDC sits behind an upgradeable proxy. A
+/// recent reading is used as it is; one older than an hour is read again; and a signature the
+/// token refuses (made under a domain it no longer has) has it read again before the next
+/// authorization.
+#[tokio::test]
+async fn what_was_read_of_a_token_is_read_again_when_old_or_refused() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    assert_eq!(domain_name(&app).await, "USD Coin");
+    let tamper = |sql: &str| {
+        let (db, sql) = (app.db.clone(), sql.to_owned());
+        async move {
+            sqlx::query(&sql).bind(USDC).execute(&db).await.unwrap();
+        }
+    };
+    // As if the proxy's name had been read before an upgrade changed it.
+    tamper("UPDATE chain_tokens SET name = 'USD Coin (old)' WHERE address = $1").await;
+    assert_eq!(
+        domain_name(&app).await,
+        "USD Coin (old)",
+        "recent: used as read"
+    );
+    tamper("UPDATE chain_tokens SET checked_at = now() - interval '2 hours' WHERE address = $1")
+        .await;
+    assert_eq!(domain_name(&app).await, "USD Coin", "old: read again");
+
+    // A payment signed under the outdated domain: the token refuses the signature.
+    tamper("UPDATE chain_tokens SET name = 'USD Coin (old)' WHERE address = $1").await;
+    let id = app.create_intent_id(&usdc_body()).await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+    assert_eq!(app.confirm(&id, &signature).await.status, 200);
+    app.wait_until(
+        "the refused signature has the token read again",
+        &format!("(SELECT checked_at = '-infinity' FROM chain_tokens WHERE address = '{USDC}')"),
+    )
+    .await;
+    assert_eq!(domain_name(&app).await, "USD Coin");
+}
