@@ -4,7 +4,7 @@
 
 use crate::helpers::{
     DEMO_TOKEN, SEED_BODY, TestApp,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, wallet_signatures},
 };
 
 const AMOUNT: u128 = 100_000_000;
@@ -130,4 +130,33 @@ async fn what_was_read_of_a_token_is_read_again_when_old_or_refused() {
     )
     .await;
     assert_eq!(domain_name(&app).await, "USD Coin");
+}
+
+/// The typed data is what wallets sign: for the devnet token and for USDC, viem and ethers (the
+/// libraries wallets and dapps sign with) compute the digest the API answers, sign exactly what
+/// cast signs, and their signatures pay.
+#[tokio::test]
+async fn wallets_libraries_sign_the_document_with_the_digest_we_answer() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    for (body, library) in [(SEED_BODY.to_owned(), "viem"), (usdc_body(), "ethers")] {
+        let id = app.create_intent_id(&body).await;
+        let answer = app
+            .get_as(
+                DEMO_TOKEN,
+                &format!("/v1/payment_intents/{id}/authorization"),
+            )
+            .await
+            .json();
+        let typed = &answer["typed_data"];
+        let signed = wallet_signatures(typed, PAYER_KEY);
+        let by_cast = anvil.sign(PAYER_KEY, typed);
+        for wallet in ["viem", "ethers"] {
+            assert_eq!(signed[wallet]["digest"], answer["digest"], "{wallet}");
+            assert_eq!(signed[wallet]["signature"], by_cast.as_str(), "{wallet}");
+        }
+        let signature = signed[library]["signature"].as_str().unwrap();
+        assert_eq!(app.confirm(&id, signature).await.status, 200);
+        app.wait_for_state(&id, "succeeded").await;
+    }
 }

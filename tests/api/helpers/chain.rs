@@ -213,6 +213,34 @@ impl Anvil {
     }
 }
 
+/// The digests and signatures of `typed_data` by `key` as two wallets' libraries make them (viem
+/// and ethers, pinned in `contracts/`): `{"viem": {"digest", "signature"}, "ethers": {…}}`.
+pub fn wallet_signatures(typed_data: &Value, key: &str) -> Value {
+    use std::io::Write;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contracts/wallets.mjs");
+    let mut child = Command::new("node")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node (make chain-tools installs viem and ethers)");
+    let input = json!({"typed_data": typed_data, "private_key": key}).to_string();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "contracts/wallets.mjs: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 impl Drop for Anvil {
     fn drop(&mut self) {
         let _ = self.child.kill();
