@@ -1,6 +1,7 @@
 // Builds the contract artifacts the Rust code and the tests use, into build/:
 //   1. src/DevnetUSD.sol, our devnet token, with the pinned solc 0.8.28 and OpenZeppelin 5.4.0,
-//      into build/DevnetUSD.json (contractName, compiler, abi, bytecode).
+//      into build/DevnetUSD.json (contractName, compiler, abi, bytecode); src/OwnedWallet.sol, the
+//      ERC-1271 wallet the tests pay from, the same way into build/OwnedWallet.json.
 //   2. Circle's USDC, vendored unmodified in vendor/stablecoin-evm/ (see its README.md), with the
 //      pinned solc 0.6.12 (npm alias solc-0.6.12) and OpenZeppelin 3.4.2 (npm alias
 //      @openzeppelin/contracts-3.4.2), into build/FiatTokenV2_2.json, build/SignatureChecker.json and
@@ -51,6 +52,24 @@ const artifact = {
   bytecode: "0x" + contract.evm.bytecode.object,
 };
 artifacts.push({ target: path.join(root, "build", "DevnetUSD.json"), text: JSON.stringify(artifact, null, 2) + "\n", from: source });
+
+// The smart-contract wallet the tests pay from (ERC-1271), compiled on its own with the same
+// compiler and settings, so that the devnet token's artifact does not depend on it.
+const walletSource = "src/OwnedWallet.sol";
+const walletInput = {
+  ...input,
+  sources: { [walletSource]: { content: fs.readFileSync(path.join(root, walletSource), "utf8") } },
+};
+const walletOutput = JSON.parse(solc.compile(JSON.stringify(walletInput), { import: findImports }));
+failOnErrors(walletOutput);
+const wallet = walletOutput.contracts[walletSource].OwnedWallet;
+const walletArtifact = {
+  contractName: "OwnedWallet",
+  compiler: `solc ${solc.version()}`,
+  abi: wallet.abi,
+  bytecode: "0x" + wallet.evm.bytecode.object,
+};
+artifacts.push({ target: path.join(root, "build", "OwnedWallet.json"), text: JSON.stringify(walletArtifact, null, 2) + "\n", from: walletSource });
 
 // Circle's FiatTokenV2_2 (USDC), its external library SignatureChecker and FiatTokenProxy.
 // Source unit names are the paths in Circle's repository (contracts/...), so the library

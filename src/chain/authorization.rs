@@ -8,7 +8,10 @@ use alloy::{
     sol_types::{SolCall, SolStruct},
 };
 
-use super::token::{Eip3009, eip712_domain};
+use super::{
+    rpc::{ChainError, Node},
+    token::{Eip3009, Eip3009Bytes, eip712_domain},
+};
 
 sol! {
     /// EIP-3009's typed message, field for field.
@@ -99,6 +102,100 @@ impl Authorization {
         }
         .abi_encode()
         .into()
+    }
+}
+
+/// What proves the payer authorized the payment: a signature by the payer's own key, or, when the
+/// payer is a smart-contract wallet, whatever bytes its ERC-1271 `isValidSignature` accepts (a
+/// Safe's, a Coinbase Smart Wallet's), which the token checks with the wallet the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayerProof {
+    Key(PayerSignature),
+    Contract(Bytes),
+}
+
+impl Authorization {
+    /// The call that submits this authorization with `proof`: the `v, r, s` form every EIP-3009
+    /// token has for a key's signature, the `bytes signature` form (USDC v2.2) for a contract's.
+    pub fn calldata_for(&self, proof: &PayerProof) -> Bytes {
+        match proof {
+            PayerProof::Key(signature) => self.calldata(signature),
+            PayerProof::Contract(signature) => {
+                let message = self.message();
+                Eip3009Bytes::transferWithAuthorizationCall {
+                    from: message.from,
+                    to: message.to,
+                    value: message.value,
+                    validAfter: message.validAfter,
+                    validBefore: message.validBefore,
+                    nonce: message.nonce,
+                    signature: signature.clone(),
+                }
+                .abi_encode()
+                .into()
+            }
+        }
+    }
+}
+
+/// The most bytes a contract wallet's signature may have (a Safe's with many owners, a passkey
+/// wallet's with its WebAuthn data fit well inside).
+pub const MAX_CONTRACT_SIGNATURE_BYTES: usize = 4096;
+
+/// A signature's bytes: `0x` and an even number of hex digits.
+pub fn signature_bytes(raw: &str) -> Result<Bytes, String> {
+    let digits = raw
+        .strip_prefix("0x")
+        .ok_or("must be 0x followed by hex digits")?;
+    let bytes = hex::decode(digits).map_err(|_| "must be 0x followed by hex digits")?;
+    if bytes.is_empty() || bytes.len() > MAX_CONTRACT_SIGNATURE_BYTES {
+        return Err(format!("must be 1 to {MAX_CONTRACT_SIGNATURE_BYTES} bytes"));
+    }
+    Ok(bytes.into())
+}
+
+/// What a payer's address says of a signature when it is a contract (ERC-1271).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalletAnswer {
+    /// No code at the address: a key's account, which signs for itself.
+    NotAContract,
+    Accepts,
+    Refuses,
+}
+
+/// Asks the wallet at `payer`, by `eth_call` of `isValidSignature(digest, signature)`, whether
+/// it accepts the signature: never our own guess at what a wallet accepts.
+pub async fn ask_wallet(
+    node: &Node,
+    payer: Address,
+    digest: B256,
+    signature: &Bytes,
+) -> Result<WalletAnswer, ChainError> {
+    use alloy::providers::Provider;
+    if node.get_code_at(payer).await?.is_empty() {
+        return Ok(WalletAnswer::NotAContract);
+    }
+    let wallet = Erc1271::new(payer, node);
+    match wallet
+        .isValidSignature(digest, signature.clone())
+        .call()
+        .await
+    {
+        Ok(magic) if magic == Erc1271::isValidSignatureCall::SELECTOR => Ok(WalletAnswer::Accepts),
+        Ok(_) => Ok(WalletAnswer::Refuses),
+        Err(e) => match ChainError::from(e) {
+            ChainError::Unreachable(why) => Err(ChainError::Unreachable(why)),
+            // A wallet that reverts (or is no ERC-1271 wallet at all) does not accept it.
+            _ => Ok(WalletAnswer::Refuses),
+        },
+    }
+}
+
+sol! {
+    /// ERC-1271: how a contract says a signature is its own.
+    #[sol(rpc)]
+    interface Erc1271 {
+        function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4 magicValue);
     }
 }
 

@@ -23,8 +23,13 @@ pub use bindings::DevnetUSD;
 /// What a token is, as read from its chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSupport {
-    /// It implements EIP-3009 under this EIP-712 name and version.
-    Eip3009 { name: String, version: String },
+    /// It implements EIP-3009 under this EIP-712 name and version; `contract_signatures` when it
+    /// also has the `bytes signature` form that smart-contract wallets need.
+    Eip3009 {
+        name: String,
+        version: String,
+        contract_signatures: bool,
+    },
     /// No code, or no `transferWithAuthorization`, or a domain that does not match its separator.
     NotSupported(String),
 }
@@ -101,7 +106,40 @@ pub async fn inspect(
         reverted(e)?;
         return unsupported("does not implement EIP-3009 (authorizationState)");
     }
-    Ok(TokenSupport::Eip3009 { name, version })
+    Ok(TokenSupport::Eip3009 {
+        name,
+        version,
+        contract_signatures: has_bytes_form(node, address).await?,
+    })
+}
+
+/// Whether the token has the `bytes signature` form of `transferWithAuthorization`: called with
+/// an authorization that expired at 0, a token that has it reverts with its reason; one that does
+/// not reverts with nothing (no such function, no fallback).
+async fn has_bytes_form(node: &Node, address: Address) -> Result<bool, ChainError> {
+    use alloy::{network::TransactionBuilder, providers::Provider, sol_types::SolCall};
+    let probe = Eip3009Bytes::transferWithAuthorizationCall {
+        from: Address::ZERO,
+        to: Address::ZERO,
+        value: U256::ZERO,
+        validAfter: U256::ZERO,
+        validBefore: U256::ZERO,
+        nonce: B256::ZERO,
+        signature: Default::default(),
+    };
+    let request = alloy::rpc::types::TransactionRequest::default()
+        .with_to(address)
+        .with_input(probe.abi_encode());
+    match node.call(request).await {
+        Ok(_) => Ok(true),
+        Err(e) => match e.as_error_resp() {
+            Some(payload) => Ok(payload
+                .data
+                .as_ref()
+                .is_some_and(|data| data.get().trim_matches('"').len() > 2)),
+            None => Err(e.into()),
+        },
+    }
 }
 
 sol! {
@@ -135,5 +173,11 @@ sol! {
         event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
         event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
         event Transfer(address indexed from, address indexed to, uint256 value);
+    }
+
+    /// The `bytes signature` form of `transferWithAuthorization` (USDC v2.2 and ours), which
+    /// passes a contract wallet's signature to its ERC-1271 check.
+    interface Eip3009Bytes {
+        function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, bytes signature) external;
     }
 }

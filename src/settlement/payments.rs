@@ -14,7 +14,7 @@ use super::{
 use crate::{
     auth::MerchantId,
     chain::{
-        authorization::{Authorization, PayerSignature},
+        authorization::{self, Authorization, PayerProof, PayerSignature, WalletAnswer},
         token::TokenSupport,
     },
     error::ApiError,
@@ -33,7 +33,7 @@ pub async fn authorization(
     raw_id: &str,
 ) -> Result<Authorization, ApiError> {
     let intent = payable(conn, chains, merchant, raw_id).await?;
-    authorization_of(conn, chains, &intent).await
+    Ok(authorization_of(conn, chains, &intent).await?.0)
 }
 
 /// Confirms the intent with the payer's `signature` of its authorization: `created` →
@@ -45,19 +45,11 @@ pub async fn confirm(
     raw_id: &str,
     signature: &str,
 ) -> Result<PaymentIntent, ApiError> {
-    let signature = PayerSignature::parse(signature)
+    let bytes = authorization::signature_bytes(signature)
         .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
     let intent = payable(tx, chains, merchant, raw_id).await?;
-    let authorization = authorization_of(tx, chains, &intent).await?;
-    let signer = signature
-        .signer(&authorization.digest())
-        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
-    if signer != authorization.from {
-        return Err(ApiError::InvalidRequest(format!(
-            "signature: signed by {signer}, not by the payer {}",
-            authorization.from
-        )));
-    }
+    let (authorization, token) = authorization_of(tx, chains, &intent).await?;
+    let proof = payer_proof(chains, &intent, &authorization, &token, signature, bytes).await?;
     let actor = Actor::Merchant(merchant.as_str().to_owned());
     let confirmed = repo::apply_paid(
         tx,
@@ -69,8 +61,68 @@ pub async fn confirm(
     )
     .await
     .map_err(|e| transition_error(&intent.id, e))?;
-    queue_submission(tx, &intent.id, &authorization, signature).await?;
+    queue_submission(tx, &intent.id, &authorization, &proof).await?;
     Ok(confirmed)
+}
+
+/// Whether `signature` is the payer's over the authorization's digest: made by the payer's key
+/// (checked here, no chain needed), or else accepted by the payer's smart-contract wallet, asked
+/// on chain through ERC-1271 `isValidSignature`; a contract's signature also needs a token with
+/// the `bytes signature` form, which passes it to the same check.
+async fn payer_proof(
+    chains: &Chains,
+    intent: &PaymentIntent,
+    authorization: &Authorization,
+    token: &TokenSupport,
+    signature: &str,
+    bytes: alloy::primitives::Bytes,
+) -> Result<PayerProof, ApiError> {
+    let digest = authorization.digest();
+    let by_key = PayerSignature::parse(signature).and_then(|signature| {
+        let signer = signature.signer(&digest)?;
+        if signer == authorization.from {
+            Ok(signature)
+        } else {
+            Err(format!(
+                "signed by {signer}, not by the payer {}",
+                authorization.from
+            ))
+        }
+    });
+    let why_not_key = match by_key {
+        Ok(signature) => return Ok(PayerProof::Key(signature)),
+        Err(why) => why,
+    };
+    let (_, node) = chains
+        .get(&intent.chain)
+        .ok_or_else(|| ApiError::internal("payable() checked the chain"))?;
+    let answer = authorization::ask_wallet(node, authorization.from, digest, &bytes)
+        .await
+        .map_err(|e| {
+            ApiError::ChainUnavailable(format!(
+                "the signature is not the payer's key's, and whether the payer {} is a contract wallet that accepts it needs its chain, which did not answer ({e}); nothing was changed, retry later",
+                authorization.from
+            ))
+        })?;
+    match answer {
+        WalletAnswer::NotAContract => Err(ApiError::InvalidRequest(format!(
+            "signature: {why_not_key}"
+        ))),
+        WalletAnswer::Refuses => Err(ApiError::InvalidRequest(format!(
+            "signature: the payer {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
+            authorization.from
+        ))),
+        WalletAnswer::Accepts => match token {
+            TokenSupport::Eip3009 {
+                contract_signatures: true,
+                ..
+            } => Ok(PayerProof::Contract(bytes)),
+            _ => Err(ApiError::TokenNotSupported(format!(
+                "token {} on {} has no transferWithAuthorization with a bytes signature, so a contract wallet (the payer {}) cannot pay with it",
+                authorization.token, intent.chain, authorization.from
+            ))),
+        },
+    }
 }
 
 /// The intent, if it can be paid by authorization now: it exists, is `created`, and its chain is
@@ -106,12 +158,12 @@ async fn payable(
     Ok(intent)
 }
 
-/// The authorization that pays `intent`, under its token's EIP-712 domain.
+/// The authorization that pays `intent`, under its token's EIP-712 domain, and what the token is.
 async fn authorization_of(
     conn: &mut PgConnection,
     chains: &Chains,
     intent: &PaymentIntent,
-) -> Result<Authorization, ApiError> {
+) -> Result<(Authorization, TokenSupport), ApiError> {
     let (endpoint, node) = chains
         .get(&intent.chain)
         .ok_or_else(|| ApiError::internal("payable() checked the chain"))?;
@@ -120,15 +172,21 @@ async fn authorization_of(
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored address {raw}: {e}")))
     };
     let token = address(&intent.token)?;
-    let (name, version) = match tokens::resolve(conn, endpoint, node, token).await {
-        Ok(TokenSupport::Eip3009 { name, version }) => (name, version),
+    let support = tokens::resolve(conn, endpoint, node, token).await;
+    let (name, version) = match &support {
+        Ok(TokenSupport::Eip3009 { name, version, .. }) => (name.clone(), version.clone()),
         Ok(TokenSupport::NotSupported(why)) => {
             return Err(ApiError::TokenNotSupported(format!(
                 "token {token} on {} cannot be paid by EIP-3009 authorization: {why}",
                 intent.chain
             )));
         }
-        Err(ResolveError::Database(e)) => return Err(e.into()),
+        Err(ResolveError::Database(_)) => {
+            let Err(ResolveError::Database(e)) = support else {
+                unreachable!()
+            };
+            return Err(e.into());
+        }
         Err(ResolveError::Chain(e)) => {
             return Err(ApiError::ChainUnavailable(format!(
                 "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
@@ -140,7 +198,7 @@ async fn authorization_of(
         .amount
         .parse::<U256>()
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored amount: {e}")))?;
-    Ok(Authorization {
+    let authorization = Authorization {
         chain_id: endpoint.id,
         token,
         token_name: name,
@@ -150,7 +208,11 @@ async fn authorization_of(
         value,
         valid_before: valid_before(intent),
         nonce: B256::from(domain::chain_nonce(&intent.id)),
-    })
+    };
+    Ok((
+        authorization,
+        support.map_err(|_| ApiError::internal("matched above"))?,
+    ))
 }
 
 /// The authorization is valid before the intent's expiry, in whole seconds rounded down.
@@ -165,7 +227,7 @@ async fn queue_submission(
     conn: &mut PgConnection,
     intent: &str,
     authorization: &Authorization,
-    signature: PayerSignature,
+    proof: &PayerProof,
 ) -> Result<(), sqlx::Error> {
     let submission = NewSubmission {
         kind: KIND,
@@ -177,7 +239,7 @@ async fn queue_submission(
             authorization.token, authorization.from, authorization.nonce
         ),
         target: authorization.token,
-        calldata: authorization.calldata(&signature),
+        calldata: authorization.calldata_for(proof),
     };
     outbox::queue(conn, &submission).await?;
     Ok(())

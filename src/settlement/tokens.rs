@@ -27,7 +27,7 @@ pub async fn resolve(
 ) -> Result<TokenSupport, ResolveError> {
     let text = address.to_checksum(None);
     let known = sqlx::query!(
-        r#"SELECT supports_eip3009, name, version, refusal,
+        r#"SELECT supports_eip3009, name, version, refusal, contract_signatures,
                   checked_at > now() - make_interval(secs => $3) AS "recent!"
              FROM chain_tokens WHERE chain_id = $1 AND address = $2"#,
         chain.id as i64,
@@ -42,6 +42,7 @@ pub async fn resolve(
             (true, Some(name), Some(version)) => TokenSupport::Eip3009 {
                 name: name.clone(),
                 version: version.clone(),
+                contract_signatures: k.contract_signatures,
             },
             _ => TokenSupport::NotSupported(
                 k.refusal
@@ -59,22 +60,32 @@ pub async fn resolve(
         (Err(ChainError::Unreachable(_)), Some(stored)) => return Ok(stored),
         (Err(e), _) => return Err(e.into()),
     };
-    let (supported, name, version, refusal) = match &support {
-        TokenSupport::Eip3009 { name, version } => {
-            (true, Some(name.as_str()), Some(version.as_str()), None)
-        }
-        TokenSupport::NotSupported(why) => (false, None, None, Some(why.as_str())),
+    let (supported, name, version, contract_signatures, refusal) = match &support {
+        TokenSupport::Eip3009 {
+            name,
+            version,
+            contract_signatures,
+        } => (
+            true,
+            Some(name.as_str()),
+            Some(version.as_str()),
+            *contract_signatures,
+            None,
+        ),
+        TokenSupport::NotSupported(why) => (false, None, None, false, Some(why.as_str())),
     };
     sqlx::query!(
-        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, refusal)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, contract_signatures, refusal)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (chain_id, address) DO UPDATE
-            SET supports_eip3009 = $3, name = $4, version = $5, refusal = $6, checked_at = now()",
+            SET supports_eip3009 = $3, name = $4, version = $5, contract_signatures = $6,
+                refusal = $7, checked_at = now()",
         chain.id as i64,
         text,
         supported,
         name,
         version,
+        contract_signatures,
         refusal,
     )
     .execute(&mut *conn)

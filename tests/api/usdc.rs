@@ -160,3 +160,75 @@ async fn wallets_libraries_sign_the_document_with_the_digest_we_answer() {
         app.wait_for_state(&id, "succeeded").await;
     }
 }
+
+/// A smart-contract wallet pays (ERC-1271): its owner's key signs, confirm asks the wallet itself
+/// on chain whether it accepts the signature, and the relayer submits USDC's `bytes signature`
+/// form, which the token checks with the wallet too. A signature the wallet refuses is 400 naming
+/// `signature`; a token without that form is 422 for a contract payer.
+#[tokio::test]
+async fn a_smart_contract_wallet_pays_in_usdc() {
+    use payments_api::chain::devnet::ANVIL_KEYS;
+
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    let wallet = anvil.deploy_wallet(PAYER_KEY);
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        PAYER_KEY,
+        USDC,
+        "transfer(address,uint256)",
+        &wallet,
+        "1000000000",
+    ]);
+    let body = usdc_body().replace(PAYER, &wallet);
+    let id = app.create_intent_id(&body).await;
+    let typed = app.typed_data(&id).await;
+    assert_eq!(typed["message"]["from"], wallet.as_str());
+
+    // Another key's signature: the wallet says no.
+    let stranger = anvil.sign(ANVIL_KEYS[2], &typed);
+    let answer = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some("a-stranger-signs"),
+            &serde_json::json!({ "signature": stranger }).to_string(),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.starts_with("signature: ") && detail.contains("refuses it (ERC-1271"),
+        "{detail}"
+    );
+
+    // As if the token had only the v, r, s form.
+    sqlx::query("UPDATE chain_tokens SET contract_signatures = false WHERE address = $1")
+        .bind(USDC)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    let refused = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some("contract-payer-without-bytes-form"),
+            &serde_json::json!({ "signature": signature }).to_string(),
+        )
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("bytes signature"), "{}", refused.body);
+    sqlx::query("UPDATE chain_tokens SET contract_signatures = true WHERE address = $1")
+        .bind(USDC)
+        .execute(&app.db)
+        .await
+        .unwrap();
+
+    let before = anvil.balance_of(USDC, &wallet);
+    let answer = app.confirm(&id, &signature).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(before - anvil.balance_of(USDC, &wallet), AMOUNT);
+}

@@ -179,6 +179,34 @@ impl Anvil {
         ])
     }
 
+    /// Deploys a smart-contract wallet (`contracts/src/OwnedWallet.sol`, ERC-1271) owned by
+    /// `owner`'s key; returns its address.
+    pub fn deploy_wallet(&self, owner: &str) -> String {
+        let artifact: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/OwnedWallet.json"
+        )))
+        .unwrap();
+        let owner_address = self.cast(&["wallet", "address", "--private-key", owner]);
+        let argument = self.cast(&["abi-encode", "constructor(address)", &owner_address]);
+        let code = format!(
+            "{}{}",
+            artifact["bytecode"].as_str().unwrap(),
+            argument.trim_start_matches("0x")
+        );
+        let receipt: Value = serde_json::from_str(&self.cast(&[
+            "send",
+            "--private-key",
+            owner,
+            "--json",
+            "--create",
+            &code,
+        ]))
+        .unwrap();
+        let address = receipt["contractAddress"].as_str().unwrap();
+        self.cast(&["to-check-sum-address", address])
+    }
+
     /// The payer cancels the authorization in `typed_data` on chain (EIP-3009
     /// `cancelAuthorization`), signed by cast.
     pub fn cancel_as_payer(&self, typed_data: &Value) -> String {
