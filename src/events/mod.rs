@@ -19,4 +19,5 @@ pub const TYPES: &[&str] = &[
     "payment_intent.succeeded",
     "payment_intent.failed",
     "payment_intent.paid_after_cancel",
+    "payment_intent.payment_pending",
 ];

@@ -43,8 +43,12 @@ pub struct PaymentIntent {
     pub canceled_at: Option<OffsetDateTime>,
     /// `merchant_request` or `expired` once canceled.
     pub cancellation_reason: Option<String>,
-    /// `authorization_expired`, `nonce_used_otherwise` or `authorization_canceled` once failed.
+    /// `authorization_expired`, `nonce_used_otherwise` or `authorization_canceled` once failed,
+    /// or the reason it was pending with when it expired.
     pub failure_reason: Option<String>,
+    /// While `processing`: why the token refuses the payment for now (`insufficient_balance`,
+    /// `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+    pub pending_reason: Option<String>,
     /// The confirmed transaction that paid it, once paid (also on a canceled intent that a payer
     /// paid anyway: the chain is the source of truth).
     #[schema(value_type = Option<Settlement>)]
@@ -88,7 +92,7 @@ pub async fn insert(
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
                 now() + make_interval(secs => $8), $9, $10)
         RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                  expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+                  expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
@@ -134,7 +138,7 @@ pub async fn find(
         PaymentIntent,
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
@@ -183,6 +187,20 @@ pub async fn apply_paid(
     actor: &Actor,
     settlement: Option<&Settlement>,
 ) -> Result<PaymentIntent, TransitionError> {
+    apply_with(conn, merchant, id, action, actor, settlement, None).await
+}
+
+/// [`apply_paid`] with the reason a `processing` intent waits for (`Action::Hold`). The reason
+/// is kept while the intent stays `processing` and cleared when it leaves.
+pub async fn apply_with(
+    conn: &mut PgConnection,
+    merchant: &str,
+    id: &str,
+    action: Action,
+    actor: &Actor,
+    settlement: Option<&Settlement>,
+    pending_reason: Option<&str>,
+) -> Result<PaymentIntent, TransitionError> {
     // Each lost race means the version grew; a few rounds settle any realistic contention.
     const ROUNDS: usize = 8;
     for _ in 0..ROUNDS {
@@ -210,7 +228,8 @@ pub async fn apply_paid(
                        canceled_at = CASE WHEN $5::text IS NULL THEN canceled_at ELSE now() END,
                        cancellation_reason = COALESCE($5, cancellation_reason),
                        failure_reason = COALESCE($9, failure_reason),
-                       settlement = COALESCE($10, settlement)
+                       settlement = COALESCE($10, settlement),
+                       pending_reason = CASE WHEN $4 = 'processing' THEN COALESCE($11, pending_reason) END
                  WHERE merchant_id = $1 AND id = $2 AND version = $3 AND state = $6
              RETURNING *
             ), recorded AS (
@@ -218,7 +237,7 @@ pub async fn apply_paid(
                 SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
             )
             SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
                    settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
@@ -232,6 +251,7 @@ pub async fn apply_paid(
             actor.label(),
             step.failure_reason,
             settlement.map(Json) as _,
+            pending_reason,
         )
         .fetch_optional(&mut *conn)
         .await?;
@@ -307,7 +327,10 @@ pub async fn expire_due(
                    SET state = $3, version = p.version + 1, updated_at = now(),
                        canceled_at = CASE WHEN $4::text IS NULL THEN p.canceled_at ELSE now() END,
                        cancellation_reason = COALESCE($4, p.cancellation_reason),
-                       failure_reason = COALESCE($10, p.failure_reason)
+                       -- What it was pending with is why it failed.
+                       failure_reason = CASE WHEN $10::text IS NULL THEN p.failure_reason
+                                             ELSE COALESCE(p.pending_reason, $10) END,
+                       pending_reason = NULL
                   FROM due
                  WHERE p.merchant_id = due.merchant_id AND p.id = due.id AND p.version = due.version
              RETURNING p.*
@@ -317,7 +340,7 @@ pub async fn expire_due(
             )
             SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
                    payee AS merchant, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, failure_reason, settlement AS "settlement: Json<Settlement>",
+                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>",
                    metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
@@ -361,6 +384,7 @@ struct Expired {
     canceled_at: Option<OffsetDateTime>,
     cancellation_reason: Option<String>,
     failure_reason: Option<String>,
+    pending_reason: Option<String>,
     settlement: Option<Json<Settlement>>,
     metadata: Json<Metadata>,
 }
@@ -382,6 +406,7 @@ impl Expired {
             canceled_at: self.canceled_at,
             cancellation_reason: self.cancellation_reason,
             failure_reason: self.failure_reason,
+            pending_reason: self.pending_reason,
             settlement: self.settlement,
             metadata: self.metadata,
         };
@@ -423,7 +448,7 @@ pub async fn list(
         PaymentIntent,
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason,
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
                settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1

@@ -35,6 +35,9 @@ pub enum Action {
     BurnNonce,
     /// The payer canceled the intent's authorization on chain (EIP-3009 `cancelAuthorization`).
     CancelAuthorization,
+    /// The token refuses the payment for now (balance, pause, blacklist): the intent stays
+    /// `processing` and says why.
+    Hold,
 }
 
 /// Who made a state change, recorded with every transition.
@@ -144,6 +147,12 @@ pub const TRANSITIONS: &[Transition] = &[
         IntentState::Failed,
     )
     .failing("authorization_canceled"),
+    Transition::new(
+        IntentState::Processing,
+        Action::Hold,
+        IntentState::Processing,
+    )
+    .announced_as("payment_intent.payment_pending"),
 ];
 
 /// The transition `action` takes from `from`, if the machine allows it.
@@ -197,6 +206,7 @@ impl Action {
             Self::Settle => "settle",
             Self::BurnNonce => "burn_nonce",
             Self::CancelAuthorization => "cancel_authorization",
+            Self::Hold => "hold",
         }
     }
 }
@@ -254,6 +264,7 @@ mod tests {
                 Action::Settle,
                 Action::BurnNonce,
                 Action::CancelAuthorization,
+                Action::Hold,
             ] {
                 assert!(transition(done, action).is_none(), "{done} is final");
             }

@@ -80,8 +80,9 @@ pub enum Revert {
     /// The authorization was used (perhaps by this very submission, in a block not confirmed
     /// yet), expired or canceled: sending again cannot help. A watch moves the subject.
     Spent,
-    /// The payer's balance is short, or the token is paused: it may pass later, before expiry.
-    NotYet,
+    /// The token refuses the transfer for a reason the relayer cannot fix, which may pass later,
+    /// before expiry: tried again with backoff, and the subject is told why it waits.
+    NotYet(Hold),
     /// The contract refused the signature: what we read of it (its EIP-712 domain) may be out of
     /// date. Recorded as an error, and the contract is read again.
     SignatureRefused,
@@ -103,20 +104,51 @@ impl Revert {
             "used or canceled",
         ]) {
             Self::Spent
-        } else if any(&[
-            "exceeds balance",
-            "insufficient balance",
-            "0xe450d38c",
-            "paused",
-            "0xd93c0665",
-        ]) {
-            Self::NotYet
+        } else if any(&["exceeds balance", "insufficient balance", "0xe450d38c"]) {
+            Self::NotYet(Hold::InsufficientBalance)
+        } else if any(&["paused", "0xd93c0665"]) {
+            Self::NotYet(Hold::TokenPaused)
+        } else if any(&["blacklisted", "blocklisted"]) {
+            Self::NotYet(Hold::AccountBlacklisted)
         } else if any(&["invalid signature"]) {
             Self::SignatureRefused
         } else {
             Self::Other
         }
     }
+}
+
+/// Why the token refuses a transfer for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    InsufficientBalance,
+    TokenPaused,
+    AccountBlacklisted,
+}
+
+impl Hold {
+    /// As the API says it (`pending_reason`, then `failure_reason` if it expires so).
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::InsufficientBalance => "insufficient_balance",
+            Self::TokenPaused => "token_paused",
+            Self::AccountBlacklisted => "account_blacklisted",
+        }
+    }
+}
+
+/// How long a held submission waits before it is simulated again: from one second, doubling,
+/// at most a minute, with jitter.
+pub fn hold_delay(held_attempts: u32) -> Duration {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(Duration::from_secs(60))
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(held_attempts as usize)
+        .unwrap_or(Duration::from_secs(60))
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -134,6 +166,17 @@ pub trait SubmissionKind: Send + Sync + 'static {
 
     fn classify(&self, reason: &str) -> Revert {
         Revert::of_eip3009(reason)
+    }
+
+    /// The token refuses the submission about `subject` for now, for `hold`: the subject says so.
+    fn held<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        let _ = (conn, subject, hold);
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -248,7 +291,7 @@ pub async fn await_outcome(
 
 #[cfg(test)]
 mod tests {
-    use super::Revert;
+    use super::{Hold, Revert};
 
     #[test]
     fn reverts_read_as_the_tokens_word_them() {
@@ -267,12 +310,19 @@ mod tests {
             ),
             (
                 "execution reverted: ERC20: transfer amount exceeds balance",
-                Revert::NotYet,
+                Revert::NotYet(Hold::InsufficientBalance),
             ),
-            ("execution reverted: Pausable: paused", Revert::NotYet),
+            (
+                "execution reverted: Pausable: paused",
+                Revert::NotYet(Hold::TokenPaused),
+            ),
+            (
+                "execution reverted: Blacklistable: account is blacklisted",
+                Revert::NotYet(Hold::AccountBlacklisted),
+            ),
             (
                 "execution reverted: custom error 0xe450d38c (data \"0xe450d38c00\")",
-                Revert::NotYet,
+                Revert::NotYet(Hold::InsufficientBalance),
             ),
             (
                 "execution reverted: FiatTokenV2: invalid signature",

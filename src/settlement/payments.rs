@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 
 use super::{
     Chains,
-    outbox::{self, BoxFuture, NewSubmission, SubmissionKind, Wanted},
+    outbox::{self, BoxFuture, Hold, NewSubmission, SubmissionKind, Wanted},
     tokens::{self, ResolveError},
 };
 use crate::{
@@ -271,6 +271,46 @@ impl SubmissionKind for IntentPayment {
                 Some(other) => Wanted::No(format!("intent_{other}")),
                 None => Wanted::No("intent_missing".to_owned()),
             })
+        })
+    }
+
+    /// The intent says why it waits (`pending_reason`, an event once per change).
+    fn held<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let intent = sqlx::query!(
+                r#"SELECT merchant_id, state AS "state: IntentState", pending_reason
+                     FROM payment_intents WHERE id = $1"#,
+                subject
+            )
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some(intent) = intent else { return Ok(()) };
+            if intent.state != IntentState::Processing
+                || intent.pending_reason.as_deref() == Some(hold.code())
+            {
+                return Ok(());
+            }
+            let moved = repo::apply_with(
+                conn,
+                &intent.merchant_id,
+                subject,
+                Action::Hold,
+                &Actor::Chain,
+                None,
+                Some(hold.code()),
+            )
+            .await;
+            match moved {
+                Ok(_) | Err(TransitionError::NotFound | TransitionError::Forbidden { .. }) => {
+                    Ok(())
+                }
+                Err(TransitionError::Database(e)) => Err(e),
+            }
         })
     }
 }

@@ -214,6 +214,7 @@ struct Submission {
     max_fee_per_gas: Option<String>,
     max_priority_fee_per_gas: Option<String>,
     sent_at_block: Option<i64>,
+    held_attempts: i32,
 }
 
 /// What a tick did: how many transactions it broadcast, and whether queued work was left beyond
@@ -277,10 +278,12 @@ impl Relayer<'_> {
             SELECT id AS "id!", kind AS "kind!", subject AS "subject!", target AS "target!",
                    calldata AS "calldata!", state AS "state!: State", tx_nonce, tx_hashes AS "tx_hashes!",
                    max_fee_per_gas::text AS max_fee_per_gas,
-                   max_priority_fee_per_gas::text AS max_priority_fee_per_gas, sent_at_block
+                   max_priority_fee_per_gas::text AS max_priority_fee_per_gas, sent_at_block,
+                   held_attempts AS "held_attempts!"
               FROM (SELECT *, row_number() OVER (PARTITION BY state ORDER BY created_at) AS rank
                       FROM chain_submissions
-                     WHERE chain_id = $1 AND relayer = $2 AND state <> 'done') AS open
+                     WHERE chain_id = $1 AND relayer = $2 AND state <> 'done'
+                       AND not_before <= now()) AS open
              WHERE rank <= $3
              ORDER BY created_at
             "#,
@@ -399,8 +402,15 @@ impl Relayer<'_> {
                 ChainError::Reverted { reason } => {
                     let kind = self.kinds.get(&s.kind).map(|k| k.classify(&reason));
                     match kind {
-                        Some(Revert::Spent) | Some(Revert::NotYet) => {
+                        Some(Revert::Spent) => {
                             note(conn, s, &reason).await?;
+                            return Ok(false);
+                        }
+                        Some(Revert::NotYet(hold)) => {
+                            hold_back(conn, s, &reason).await?;
+                            if let Some(kind) = self.kinds.get(&s.kind) {
+                                kind.held(conn, &s.subject, hold).await?;
+                            }
                             return Ok(false);
                         }
                         Some(Revert::SignatureRefused) => {
@@ -469,7 +479,8 @@ impl Relayer<'_> {
             UPDATE chain_submissions
                SET state = 'sent', tx_nonce = $3, tx_hashes = array_append(tx_hashes, $4),
                    max_fee_per_gas = $5::text::numeric, max_priority_fee_per_gas = $6::text::numeric,
-                   sent_at_block = $7, attempts = attempts + 1, last_error = NULL, updated_at = now()
+                   sent_at_block = $7, attempts = attempts + 1, last_error = NULL, held_attempts = 0,
+                   updated_at = now()
              WHERE id = $1 AND relayer = $2
             "#,
             s.id,
@@ -524,6 +535,24 @@ async fn finish(conn: &mut PgConnection, s: &Submission, outcome: &str) -> Resul
     .execute(&mut *conn)
     .await?;
     tracing::info!(kind = %s.kind, subject = %s.subject, outcome, "submission done");
+    Ok(())
+}
+
+/// A submission the token refuses for now waits before it is simulated again, longer each time
+/// (`outbox::hold_delay`), with the reason recorded.
+async fn hold_back(conn: &mut PgConnection, s: &Submission, why: &str) -> Result<(), sqlx::Error> {
+    let delay = outbox::hold_delay(s.held_attempts.max(0) as u32);
+    sqlx::query!(
+        "UPDATE chain_submissions
+            SET last_error = $2, held_attempts = held_attempts + 1,
+                not_before = now() + make_interval(secs => $3), updated_at = now()
+          WHERE id = $1",
+        s.id,
+        why,
+        delay.as_secs_f64(),
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

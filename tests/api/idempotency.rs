@@ -44,6 +44,7 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "canceled_at",
         "cancellation_reason",
         "failure_reason",
+        "pending_reason",
         "settlement",
         "metadata",
     ];

@@ -464,7 +464,20 @@ async fn a_payer_short_of_funds_waits_queued_and_is_paid_once_funded() {
         ),
     )
     .await;
-    assert_eq!(app.state_of(&id).await, "processing");
+    app.wait_until(
+        "the intent says why it waits",
+        &format!("(SELECT pending_reason = 'insufficient_balance' FROM payment_intents WHERE id = '{id}')"),
+    )
+    .await;
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["state"], "processing");
+    assert_eq!(intent["pending_reason"], "insufficient_balance");
+    // Tried again with backoff, not every tick, and announced once whatever the retries.
+    app.wait_until(
+        "the relayer tried again after its backoff",
+        &format!("(SELECT held_attempts >= 2 FROM chain_submissions WHERE subject = '{id}')"),
+    )
+    .await;
     // Another holder sends the payer the rest.
     anvil.cast(&[
         "send",
@@ -477,6 +490,26 @@ async fn a_payer_short_of_funds_waits_queued_and_is_paid_once_funded() {
     ]);
     app.wait_for_state(&id, "succeeded").await;
     assert_eq!(times_settled(&app, &id).await, (1, 1));
+    let events: Vec<String> = sqlx::query_scalar(
+        "SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version",
+    )
+    .bind(&id)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        [
+            "payment_intent.created",
+            "payment_intent.processing",
+            "payment_intent.payment_pending",
+            "payment_intent.succeeded"
+        ]
+    );
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id).await.json()["pending_reason"],
+        serde_json::Value::Null
+    );
 }
 
 /// A confirm wakes the relayer when it commits: with a poll interval of a minute, the submission

@@ -232,3 +232,47 @@ async fn a_smart_contract_wallet_pays_in_usdc() {
     app.wait_for_state(&id, "succeeded").await;
     assert_eq!(before - anvil.balance_of(USDC, &wallet), AMOUNT);
 }
+
+/// A paused USDC refuses the transfer: the intent stays `processing` with `pending_reason`
+/// `token_paused`, and when its authorization expires by the chain's time it fails with that
+/// reason rather than a bare expiry.
+#[tokio::test]
+async fn a_payment_held_by_a_paused_usdc_fails_with_that_reason_at_expiry() {
+    use payments_api::chain::fiat_token;
+
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        fiat_token::DEPLOYER_KEY,
+        USDC,
+        "pause()",
+    ]);
+    let short = usdc_body().replace(r#""expires_in_seconds":900"#, r#""expires_in_seconds":60"#);
+    let id = app.create_intent_id(&short).await;
+    let typed = app.typed_data(&id).await;
+    let answer = app.confirm(&id, &anvil.sign(PAYER_KEY, &typed)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_until(
+        "the intent says the token is paused",
+        &format!("(SELECT pending_reason = 'token_paused' FROM payment_intents WHERE id = '{id}')"),
+    )
+    .await;
+    let valid_before: u64 = typed["message"]["validBefore"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    anvil
+        .rpc(
+            "evm_setNextBlockTimestamp",
+            serde_json::json!([valid_before]),
+        )
+        .await;
+    anvil.mine(2).await;
+    app.wait_for_state(&id, "failed").await;
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["failure_reason"], "token_paused");
+    assert_eq!(intent["pending_reason"], serde_json::Value::Null);
+}
