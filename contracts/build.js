@@ -42,34 +42,24 @@ function failOnErrors(output) {
 
 const artifacts = []; // { target, text, from }
 
-const output = JSON.parse(solc.compile(JSON.stringify(input), { import: findImports }));
-failOnErrors(output);
-const contract = output.contracts[source].DevnetUSD;
-const artifact = {
-  contractName: "DevnetUSD",
-  compiler: `solc ${solc.version()}`,
-  abi: contract.abi,
-  bytecode: "0x" + contract.evm.bytecode.object,
-};
-artifacts.push({ target: path.join(root, "build", "DevnetUSD.json"), text: JSON.stringify(artifact, null, 2) + "\n", from: source });
-
-// The smart-contract wallet the tests pay from (ERC-1271), compiled on its own with the same
-// compiler and settings, so that the devnet token's artifact does not depend on it.
-const walletSource = "src/OwnedWallet.sol";
-const walletInput = {
-  ...input,
-  sources: { [walletSource]: { content: fs.readFileSync(path.join(root, walletSource), "utf8") } },
-};
-const walletOutput = JSON.parse(solc.compile(JSON.stringify(walletInput), { import: findImports }));
-failOnErrors(walletOutput);
-const wallet = walletOutput.contracts[walletSource].OwnedWallet;
-const walletArtifact = {
-  contractName: "OwnedWallet",
-  compiler: `solc ${solc.version()}`,
-  abi: wallet.abi,
-  bytecode: "0x" + wallet.evm.bytecode.object,
-};
-artifacts.push({ target: path.join(root, "build", "OwnedWallet.json"), text: JSON.stringify(walletArtifact, null, 2) + "\n", from: walletSource });
+// Our own contracts, each compiled on its own with solc 0.8.28 and the settings above, so that
+// the devnet token's artifact depends on nothing else: the token, and the smart-contract wallet
+// the tests pay from (ERC-1271).
+function buildOwn(source, name) {
+  const own = { ...input, sources: { [source]: { content: fs.readFileSync(path.join(root, source), "utf8") } } };
+  const output = JSON.parse(solc.compile(JSON.stringify(own), { import: findImports }));
+  failOnErrors(output);
+  const contract = output.contracts[source][name];
+  const artifact = {
+    contractName: name,
+    compiler: `solc ${solc.version()}`,
+    abi: contract.abi,
+    bytecode: "0x" + contract.evm.bytecode.object,
+  };
+  artifacts.push({ target: path.join(root, "build", `${name}.json`), text: JSON.stringify(artifact, null, 2) + "\n", from: source });
+}
+buildOwn(source, "DevnetUSD");
+buildOwn("src/OwnedWallet.sol", "OwnedWallet");
 
 // Circle's FiatTokenV2_2 (USDC), its external library SignatureChecker and FiatTokenProxy.
 // Source unit names are the paths in Circle's repository (contracts/...), so the library

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use payments_api::config::SettlementSettings;
 use serde_json::json;
 
 use crate::helpers::{
@@ -47,6 +48,37 @@ async fn tx_hashes(app: &TestApp, id: &str) -> Vec<String> {
         .fetch_one(&app.db)
         .await
         .unwrap()
+}
+
+/// An app that settles `anvil` but relays nothing itself, on a chain that mines nothing until
+/// told: the tests drive relayers through `run_once`.
+async fn app_on_a_stopped_chain(anvil: &Anvil) -> (TestApp, SettlementSettings) {
+    let settlement = anvil.settlement(1);
+    let app = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| s.settlement = settlement
+    })
+    .await;
+    anvil.rpc("evm_setAutomine", json!([false])).await;
+    (app, settlement)
+}
+
+/// A relayer worker for `key` on the app's database and chain, outside the app.
+fn relayer_worker(
+    app: &TestApp,
+    settlement: &SettlementSettings,
+    key: &str,
+) -> payments_api::settlement::relayer::RelayerWorker {
+    use payments_api::{chain::rpc, db, settlement};
+    let chain = settlement.chains[0].clone();
+    settlement::relayer::RelayerWorker::new(
+        db::pool(&app.database_url, 2).unwrap(),
+        chain.clone(),
+        rpc::connect(&chain.rpc_url),
+        settlement::relayer::Key::parse(key).unwrap(),
+        settlement::kinds(),
+        settlement,
+    )
 }
 
 fn env_refs(env: &[(String, String)]) -> Vec<(&str, &str)> {
@@ -306,33 +338,11 @@ async fn two_replicas_relay_and_settle_each_payment_exactly_once() {
 /// unit through the relayer's `run_once`, with no relayer inside the app.
 #[tokio::test]
 async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
-    use payments_api::{
-        chain::rpc,
-        db,
-        settlement::{
-            self,
-            relayer::{Key, RelayerWorker},
-        },
-        workers::{Next, Worker},
-    };
+    use payments_api::workers::{Next, Worker};
 
     let anvil = Anvil::start().await;
-    let settlement = anvil.settlement(1);
-    let app = TestApp::spawn_with({
-        let settlement = settlement.clone();
-        move |s| s.settlement = settlement
-    })
-    .await;
-    anvil.rpc("evm_setAutomine", json!([false])).await;
-    let chain = settlement.chains[0].clone();
-    let mut relayer = RelayerWorker::new(
-        db::pool(&app.database_url, 2).unwrap(),
-        chain.clone(),
-        rpc::connect(&chain.rpc_url),
-        Key::parse(RELAYER_KEY).unwrap(),
-        settlement::kinds(),
-        &settlement,
-    );
+    let (app, settlement) = app_on_a_stopped_chain(&anvil).await;
+    let mut relayer = relayer_worker(&app, &settlement, RELAYER_KEY);
     let sent = || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM chain_submissions WHERE state = 'sent'")
             .fetch_one(&app.db)
@@ -374,35 +384,11 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
 /// by unit through `run_once`, with no relayer inside the app.
 #[tokio::test]
 async fn two_relayer_keys_share_the_queue_each_with_its_own_nonces() {
-    use payments_api::{
-        chain::rpc,
-        db,
-        settlement::{
-            self,
-            relayer::{Key, RelayerWorker},
-        },
-        workers::Worker,
-    };
+    use payments_api::{settlement::relayer::Key, workers::Worker};
 
     let anvil = Anvil::start().await;
-    let settlement = anvil.settlement(1);
-    let app = TestApp::spawn_with({
-        let settlement = settlement.clone();
-        move |s| s.settlement = settlement
-    })
-    .await;
-    anvil.rpc("evm_setAutomine", json!([false])).await;
-    let chain = settlement.chains[0].clone();
-    let relayer = |key: &str| {
-        RelayerWorker::new(
-            db::pool(&app.database_url, 2).unwrap(),
-            chain.clone(),
-            rpc::connect(&chain.rpc_url),
-            Key::parse(key).unwrap(),
-            settlement::kinds(),
-            &settlement,
-        )
-    };
+    let (app, settlement) = app_on_a_stopped_chain(&anvil).await;
+    let relayer = |key: &str| relayer_worker(&app, &settlement, key);
     let (first_key, second_key) = (RELAYER_KEY, SECOND_RELAYER_KEY);
     let (mut first, mut second) = (relayer(first_key), relayer(second_key));
     let mut ids = Vec::new();
