@@ -166,7 +166,7 @@ pub struct ServeArgs {
     #[arg(long, env = "CHAIN_CONFIRMATIONS", default_value_t = 12)]
     pub chain_confirmations: u64,
 
-    /// How often the listener and the relayer look at each chain, in milliseconds.
+    /// How often the follower and the relayers look at each chain, in milliseconds.
     #[arg(long, env = "CHAIN_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub chain_poll_interval_ms: u64,
 

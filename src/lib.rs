@@ -6,8 +6,10 @@
 //! - [`intents`]: payment intents (domain types, states, storage, handlers)
 //! - [`events`]: what changed, written with the change (the outbox), and its API
 //! - [`webhooks`]: endpoints, and the signed, at-least-once delivery of every event to them
-//! - [`chain`]: EVM chains: nodes, the EIP-3009 token, authorizations, the devnet
-//! - [`settlement`]: intents paid on chain: authorization and confirm, relayer, listener
+//! - [`chain`]: EVM chains: nodes, the follower and its watches, EIP-3009 tokens (USDC among them),
+//!   authorizations, contract wallets, the devnet
+//! - [`settlement`]: intents paid on chain: authorization and confirm, the outbox and relayer,
+//!   the payment watch
 //! - [`ledger`]: the double-entry record of every confirmed payment, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope

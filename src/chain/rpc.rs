@@ -1,5 +1,5 @@
 //! A JSON-RPC provider per chain. Every call has a timeout: a node that goes silent must not hold
-//! a request, the relayer or the listener forever.
+//! a request, the relayer or the follower forever.
 
 use std::time::Duration;
 

@@ -268,7 +268,7 @@ pub async fn apply_with(
 /// Which intents' time ran out: by the clock for chains without settlement, or on one settled
 /// chain by the timestamp of its newest confirmed block (`docs/settlement.md`, "Expiry").
 pub enum Expiry<'a> {
-    /// `created` intents past `expires_at` now, except on these chains (their listener decides).
+    /// `created` intents past `expires_at` now, except on these chains (their follower decides).
     Clock { settled_chains: &'a [String] },
     /// `created` and `processing` intents on `chain` whose authorization's `validBefore` (expiry
     /// in whole seconds, rounded down) is at or before `block_timestamp`, and whose nonce no

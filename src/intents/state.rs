@@ -25,7 +25,7 @@ pub enum Action {
     /// The merchant cancels (`POST /v1/payment_intents/{id}/cancel`).
     Cancel,
     /// The intent's time ran out: by the clock (the sweeper), or with settlement on by a
-    /// confirmed block's timestamp (the chain listener).
+    /// confirmed block's timestamp (the payment watch).
     Expire,
     /// The payer's authorization was accepted (`POST …/confirm`).
     Confirm,
@@ -162,7 +162,7 @@ pub fn transition(from: IntentState, action: Action) -> Option<&'static Transiti
         .find(|t| t.from == from && t.action == action)
 }
 
-/// The transitions `action` may take, one per source state (the sweeper's and listener's work).
+/// The transitions `action` may take, one per source state (the sweeper's and the payment watch's work).
 pub fn sources_of(action: Action) -> Vec<&'static Transition> {
     TRANSITIONS.iter().filter(|t| t.action == action).collect()
 }

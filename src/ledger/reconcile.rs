@@ -1,6 +1,6 @@
 //! `payments-api reconcile --chain evm:<id>`: the ledger against the chain. Every confirmed
 //! transfer of an intent's token to an intent's merchant address that follows the use of an
-//! intent's nonce (an intent payment, as the listener reads it) must be booked once, with its
+//! intent's nonce (an intent payment, as the payment watch reads it) must be booked once, with its
 //! amount; every booked payment must be such a transfer on chain. Anything else is a difference.
 
 use std::collections::{BTreeMap, HashMap};
