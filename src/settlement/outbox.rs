@@ -84,7 +84,7 @@ pub enum Revert {
     /// before expiry: tried again with backoff, and the subject is told why it waits.
     NotYet(Hold),
     /// The contract refused the signature: what we read of it (its EIP-712 domain) may be out of
-    /// date. Recorded as an error, and the contract is read again.
+    /// date. The contract is read again, and the submission tried again with backoff.
     SignatureRefused,
     /// Anything else: recorded as an error and tried again.
     Other,

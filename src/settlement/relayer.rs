@@ -413,9 +413,13 @@ impl Relayer<'_> {
                             }
                             return Ok(false);
                         }
+                        // Sending again will not change the token's mind: tried again with
+                        // backoff (the domain may come back), and the token read again.
                         Some(Revert::SignatureRefused) => {
+                            tracing::warn!(kind = %s.kind, subject = %s.subject, %reason, "the token refuses the signature; reading the token again");
                             super::tokens::read_again(conn, self.chain.id, &s.target).await?;
-                            return Err(ChainError::Reverted { reason }.into());
+                            hold_back(conn, s, &reason).await?;
+                            return Ok(false);
                         }
                         _ => return Err(ChainError::Reverted { reason }.into()),
                     }
@@ -538,8 +542,8 @@ async fn finish(conn: &mut PgConnection, s: &Submission, outcome: &str) -> Resul
     Ok(())
 }
 
-/// A submission the token refuses for now waits before it is simulated again, longer each time
-/// (`outbox::hold_delay`), with the reason recorded.
+/// A submission the token refuses for now (or whose signature it refuses) waits before it is
+/// simulated again, longer each time (`outbox::hold_delay`), with the reason recorded.
 async fn hold_back(conn: &mut PgConnection, s: &Submission, why: &str) -> Result<(), sqlx::Error> {
     let delay = outbox::hold_delay(s.held_attempts.max(0) as u32);
     sqlx::query!(
