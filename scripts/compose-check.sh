@@ -43,13 +43,15 @@ fail() { echo "compose-check: $*" >&2; exit 1; }
 grep -q '"error":"idempotency_key_reused"' <<<"$third" || fail "422 is not idempotency_key_reused"
 echo "compose-check: 201, 201 replayed, 422 — the transcript holds"
 
-# Settlement on the compose devnet: authorization, signed by the payer (anvil account 1, a public
-# dev key) with cast inside the chain container, confirm, then succeeded within seconds.
+# Settlement on the compose devnet, in USDC and in the devnet token: authorization, signed by the
+# payer (anvil account 1, a public dev key) with cast inside the chain container, confirm, then
+# succeeded within seconds.
 auth() { curl -fsS "$@" -H 'Authorization: Bearer merchant-demo'; }
 json() { python3 -c "import json,sys; v=json.load(sys.stdin); print($1)"; }
 payee=0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC
 token=0x5FbDB2315678afecb367f032d93F642f64180aa3
-balance() { dc exec -T chain cast call --rpc-url http://127.0.0.1:8545 "$token" 'balanceOf(address)(uint256)' "$payee" | awk '{print $1}'; }
+usdc=0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba
+balance() { dc exec -T chain cast call --rpc-url http://127.0.0.1:8545 "$1" 'balanceOf(address)(uint256)' "$payee" | awk '{print $1}'; }
 # A webhook receiver on this machine, as the README's, recording every event it is sent.
 hook_port=${COMPOSE_CHECK_HOOK_PORT:-19000}
 hook_log=$(mktemp)
@@ -71,35 +73,47 @@ hook_pid=$!
 trap 'kill $hook_pid 2>/dev/null; dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 auth localhost:8080/v1/webhook_endpoints -d "{\"url\":\"http://host.docker.internal:$hook_port/\"}" >/dev/null
 
-before=$(balance)
-id=$(auth localhost:8080/v1/payment_intents -d "$body" | json 'v["id"]')
-typed=$(auth "localhost:8080/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
-signature=$(dc exec -T chain cast wallet sign --data \
-  --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d "$typed" | tr -d '\r')
-confirmed_at=$SECONDS
-confirmed=$(auth "localhost:8080/v1/payment_intents/$id/confirm" -H "Idempotency-Key: pay-$id" \
-  -d "{\"signature\":\"$signature\"}")
-echo "$confirmed"
-[[ $(json 'v["state"]' <<<"$confirmed") == processing ]] || fail "confirm did not answer processing"
-state=""
-for _ in $(seq 1 60); do
-  intent=$(auth "localhost:8080/v1/payment_intents/$id")
-  state=$(json 'v["state"]' <<<"$intent")
-  [[ $state == succeeded ]] && break
-  sleep 1
-done
-echo "$intent"
-[[ $state == succeeded ]] || fail "the intent did not succeed within a minute (state $state)"
-[[ $(json 'v["settlement"]["transaction_hash"][:2]' <<<"$intent") == 0x ]] || fail "no transaction hash"
-after=$(balance)
-[[ $((after - before)) == 100000000 ]] || fail "the merchant's balance grew by $((after - before)), not 100000000"
+# Pays one intent in `token` (its body is the transcript's with that token) and checks it
+# succeeded on chain and moved the amount to the merchant. Sets `id`.
+pay() {
+  local token=$1 before after state intent
+  local paying=${body/0x5FbDB2315678afecb367f032d93F642f64180aa3/$token}
+  before=$(balance "$token")
+  id=$(auth localhost:8080/v1/payment_intents -d "$paying" | json 'v["id"]')
+  typed=$(auth "localhost:8080/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
+  signature=$(dc exec -T chain cast wallet sign --data \
+    --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d "$typed" | tr -d '\r')
+  confirmed_at=$SECONDS
+  confirmed=$(auth "localhost:8080/v1/payment_intents/$id/confirm" -H "Idempotency-Key: pay-$id" \
+    -d "{\"signature\":\"$signature\"}")
+  echo "$confirmed"
+  [[ $(json 'v["state"]' <<<"$confirmed") == processing ]] || fail "confirm did not answer processing ($token)"
+  state=""
+  for _ in $(seq 1 60); do
+    intent=$(auth "localhost:8080/v1/payment_intents/$id")
+    state=$(json 'v["state"]' <<<"$intent")
+    [[ $state == succeeded ]] && break
+    sleep 1
+  done
+  echo "$intent"
+  [[ $state == succeeded ]] || fail "the intent in $token did not succeed within a minute (state $state)"
+  [[ $(json 'v["settlement"]["transaction_hash"][:2]' <<<"$intent") == 0x ]] || fail "no transaction hash"
+  after=$(balance "$token")
+  [[ $((after - before)) == 100000000 ]] || fail "the merchant's $token balance grew by $((after - before)), not 100000000"
+  echo "compose-check: $token paid on chain $((SECONDS - confirmed_at)) s after confirm, balance +100000000"
+}
+
+# USDC as Circle deploys it (FiatTokenV2_2 behind its proxy), the same steps.
+pay "$usdc"
+pay "$token"
 balances=$(auth localhost:8080/v1/balances)
 echo "$balances"
-grep -q '"amount":"100000000"' <<<"$balances" || fail "GET /v1/balances does not show the payment"
+grep -q "\"token\":\"$token\",\"amount\":\"100000000\"" <<<"$balances" || fail "GET /v1/balances does not show the payment"
+grep -q "\"token\":\"$usdc\",\"amount\":\"100000000\"" <<<"$balances" || fail "GET /v1/balances does not show the USDC payment"
 for _ in $(seq 1 30); do
   grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" && break
   sleep 1
 done
 grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
   || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
-echo "compose-check: authorization, confirm, succeeded on chain $((SECONDS - confirmed_at)) s after confirm, balance +100000000 — settlement holds, and its event reached the receiver"
+echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, balances +100000000 — settlement holds, and its event reached the receiver"
