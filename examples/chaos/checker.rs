@@ -115,6 +115,9 @@ struct ChainFacts {
     /// Confirmed `AuthorizationUsed` logs of an intent's nonce by its payer: (merchant, intent,
     /// transaction, log index, whether the next transfer pays the intent exactly).
     nonce_uses: Vec<(String, String, String, i32, bool)>,
+    /// Confirmed `AuthorizationCanceled` logs of an intent's nonce by its payer: (merchant,
+    /// intent, transaction).
+    cancellations: Vec<(String, String, String)>,
 }
 
 impl Stored {
@@ -212,7 +215,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 18] = [
+const INVARIANTS: [Invariant; 19] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -229,6 +232,7 @@ const INVARIANTS: [Invariant; 18] = [
     every_event_delivered,
     paid_only_by_a_confirmed_exact_transfer,
     every_confirmed_payment_reflected_once,
+    every_confirmed_cancellation_fails_its_intent,
     ledger_sums_to_zero,
     late_payments_are_recorded,
 ];
@@ -756,6 +760,33 @@ impl ChainFacts {
                 pays,
             ));
         }
+        let cancels = node
+            .get_logs(
+                &Filter::new()
+                    .from_block(0)
+                    .to_block(confirmed)
+                    .event_signature(Eip3009::AuthorizationCanceled::SIGNATURE_HASH),
+            )
+            .await?;
+        for log in cancels {
+            let Ok(canceled) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) else {
+                continue;
+            };
+            let Some(((merchant, id), intent)) = by_nonce.get(&canceled.nonce.0) else {
+                continue;
+            };
+            if canceled.authorizer.to_checksum(None) != intent.payer
+                || log.address().to_checksum(None) != intent.token
+            {
+                continue;
+            }
+            let Some(tx) = log.transaction_hash else {
+                continue;
+            };
+            facts
+                .cancellations
+                .push((merchant.clone(), id.clone(), tx.to_string()));
+        }
         Ok(facts)
     }
 }
@@ -851,6 +882,36 @@ fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
         "each confirmed nonce use reflected once: intent, ledger, event",
         stored.chain.nonce_uses.len(),
         wrong + extra_entries,
+    )
+}
+
+/// Every confirmed cancellation of an intent's authorization by its payer failed the intent with
+/// `authorization_canceled`, or found it canceled already (by its merchant, or expired), unpaid.
+fn every_confirmed_cancellation_fails_its_intent(stored: &Stored, _: &Inputs) -> Row {
+    let wrong = stored
+        .chain
+        .cancellations
+        .iter()
+        .filter(|(merchant, id, tx)| {
+            let Some(intent) = stored.intents.get(&(merchant.clone(), id.clone())) else {
+                return true;
+            };
+            let reflected = (intent.state == "failed"
+                && intent.failure_reason.as_deref() == Some("authorization_canceled"))
+                || (intent.state == "canceled" && intent.settled_by.is_none());
+            if !reflected {
+                eprintln!(
+                    "checker: authorization canceled by {tx} for {merchant}/{id}: intent {} ({:?})",
+                    intent.state, intent.failure_reason
+                );
+            }
+            !reflected
+        })
+        .count();
+    row(
+        "each confirmed cancellation of an authorization fails its intent",
+        stored.chain.cancellations.len(),
+        wrong,
     )
 }
 

@@ -269,8 +269,8 @@ async fn main() -> anyhow::Result<()> {
         outages(&history, &faults);
     }
     println!(
-        "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned",
-        paid.confirmed, paid.submitted, paid.burned
+        "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned, {} authorizations canceled",
+        paid.confirmed, paid.submitted, paid.burned, paid.canceled
     );
     let verdict = checker::check(
         &pool,

@@ -1,6 +1,7 @@
 //! The payer: pays random `created` intents the way payers do. It fetches the authorization from
 //! a random replica, signs it, then either confirms it through the API (the relayer submits it) or
-//! submits it on chain itself; now and then it burns the nonce on a transfer of one unit instead.
+//! submits it on chain itself; now and then it burns the nonce on a transfer of one unit instead,
+//! or cancels the authorization on chain (EIP-3009 `cancelAuthorization`).
 //! Failures under faults are simply tried again with another intent.
 
 use std::{
@@ -27,6 +28,7 @@ pub struct Paid {
     pub confirmed: u64,
     pub submitted: u64,
     pub burned: u64,
+    pub canceled: u64,
 }
 
 pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -> Paid {
@@ -60,7 +62,11 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
             continue;
         };
         let roll = rand::rng().random_range(0..10);
-        if roll == 0 {
+        if roll == 1 {
+            if cancel(&node, &payer, &document).await {
+                paid.canceled += 1;
+            }
+        } else if roll == 0 {
             // Burn the nonce: sign the same authorization over one unit, submit it on chain.
             if submit(&node, &payer, &document, Some(U256::from(1))).await {
                 paid.burned += 1;
@@ -189,6 +195,60 @@ async fn submit(
         .with_to(token)
         .with_input(call.abi_encode());
     node.send_transaction(request).await.is_ok()
+}
+
+/// Cancels the authorization in `document` on chain, signed by the payer: the nonce can then
+/// never pay. Whether the node accepted the transaction.
+async fn cancel(
+    node: &impl Provider,
+    payer: &PrivateKeySigner,
+    document: &serde_json::Value,
+) -> bool {
+    let typed = &document["typed_data"];
+    let Some(nonce) = typed["message"]["nonce"]
+        .as_str()
+        .and_then(|n| n.parse::<B256>().ok())
+    else {
+        return false;
+    };
+    let mut cancel = typed.clone();
+    cancel["types"]["CancelAuthorization"] = serde_json::json!([
+        {"name": "authorizer", "type": "address"},
+        {"name": "nonce", "type": "bytes32"},
+    ]);
+    cancel["primaryType"] = "CancelAuthorization".into();
+    cancel["message"] = serde_json::json!({
+        "authorizer": payer.address().to_checksum(None),
+        "nonce": nonce.to_string(),
+    });
+    let Ok(parsed) = serde_json::from_value::<alloy::dyn_abi::TypedData>(cancel) else {
+        return false;
+    };
+    let Ok(digest) = parsed.eip712_signing_hash() else {
+        return false;
+    };
+    let (Ok(signature), Some(token)) = (payer.sign_hash_sync(&digest), typed_token(document))
+    else {
+        return false;
+    };
+    let call = CancelAuthorization::cancelAuthorizationCall {
+        authorizer: payer.address(),
+        nonce,
+        v: 27 + u8::from(signature.v()),
+        r: signature.r().into(),
+        s: signature.s().into(),
+    };
+    let request = TransactionRequest::default()
+        .with_to(token)
+        .with_input(call.abi_encode());
+    node.send_transaction(request).await.is_ok()
+}
+
+alloy::sol! {
+    /// EIP-3009's cancellation, `v, r, s` form.
+    interface CancelAuthorization {
+        function cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external;
+    }
 }
 
 fn typed_token(document: &serde_json::Value) -> Option<Address> {
