@@ -318,22 +318,29 @@ pub async fn watch_readiness(shared: Arc<Shared>) -> Vec<(Duration, usize, u16)>
         .timeout(Duration::from_secs(3))
         .build()
         .expect("client");
-    let mut samples = Vec::new();
-    while !shared.stop.load(Ordering::Relaxed) {
-        let probes = shared.bases.iter().enumerate().map(|(i, base)| {
-            let http = http.clone();
-            let shared = shared.clone();
-            async move {
+    // One prober per replica: a replica that does not answer must not keep the others unprobed
+    // (probing in rounds once missed a whole database restart on a replica that was fine).
+    let probers = shared.bases.iter().enumerate().map(|(i, base)| {
+        let (http, shared, base) = (http.clone(), shared.clone(), base.clone());
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while !shared.stop.load(Ordering::Relaxed) {
                 let status = match http.get(format!("{base}/readyz")).send().await {
                     Ok(r) => r.status().as_u16(),
                     Err(_) => 0,
                 };
-                (shared.started.elapsed(), i, status)
+                samples.push((shared.started.elapsed(), i, status));
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-        });
-        samples.extend(futures::future::join_all(probes).await);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            samples
+        })
+    });
+    let mut samples: Vec<(Duration, usize, u16)> = futures::future::join_all(probers)
+        .await
+        .into_iter()
+        .flat_map(|samples| samples.unwrap_or_default())
+        .collect();
+    samples.sort_by_key(|(t, ..)| *t);
     samples
 }
 

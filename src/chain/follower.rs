@@ -7,7 +7,11 @@
 //!
 //! It knows nothing of intents: what to look for and what a confirmed log changes is the watch's.
 
-use std::{collections::BTreeMap, future::Future, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    future::Future,
+    time::Duration,
+};
 
 use alloy::{
     eips::BlockNumberOrTag,
@@ -394,33 +398,49 @@ impl<W: Watch> Follower<W> {
             };
         }
         let interest = self.watch.interest(conn, &self.chain).await?;
-        let logs = if interest.addresses.is_empty() || interest.events.is_empty() {
-            Vec::new()
-        } else {
+        let mut logs: Vec<(u64, Log)> = Vec::new();
+        if !interest.addresses.is_empty() && !interest.events.is_empty() {
             let filter = Filter::new()
                 .address(interest.addresses)
                 .event_signature(interest.events);
-            let filter = if from == until {
-                filter.at_block_hash(last.hash)
+            // The range says which blocks hold logs the watch wants; each of those blocks' logs
+            // is then read by the block's hash, which a node answers for exactly that block (just
+            // after a reorg, a range's answer can still carry an orphaned block's logs).
+            let numbers: BTreeSet<u64> = if from == until {
+                BTreeSet::from([until])
             } else {
-                filter.from_block(from).to_block(until)
+                self.node
+                    .get_logs(&filter.clone().from_block(from).to_block(until))
+                    .await?
+                    .iter()
+                    .filter_map(|log| log.block_number)
+                    .filter(|number| (from..=until).contains(number))
+                    .collect()
             };
-            self.node.get_logs(&filter).await?
-        };
+            for number in numbers {
+                let block = match blocks.get(&number) {
+                    Some(block) => *block,
+                    None => match header(&self.node, number).await? {
+                        Some(block) => *blocks.entry(number).or_insert(block),
+                        None => return Ok(None),
+                    },
+                };
+                let in_block = self
+                    .node
+                    .get_logs(&filter.clone().at_block_hash(block.hash))
+                    .await?;
+                logs.extend(in_block.into_iter().map(|log| (number, log)));
+            }
+        }
         if from < until && header(&self.node, until).await?.map(|h| h.hash) != Some(last.hash) {
             return Ok(None);
         }
         let mut observations = Vec::new();
-        for log in logs {
-            let (Some(number), Some(block_hash), Some(tx_hash), Some(log_index)) = (
-                log.block_number,
-                log.block_hash,
-                log.transaction_hash,
-                log.log_index,
-            ) else {
+        for (number, log) in logs {
+            let (Some(tx_hash), Some(log_index)) = (log.transaction_hash, log.log_index) else {
                 continue;
             };
-            if log.removed || !(from..=until).contains(&number) {
+            if log.removed {
                 continue;
             }
             let Some(observed) = self
@@ -432,16 +452,7 @@ impl<W: Watch> Follower<W> {
             };
             // The block is stored with its observation (a reorg rewinds to it), and its time is
             // the observation's.
-            let block = match blocks.get(&number) {
-                Some(block) => *block,
-                None => match header(&self.node, number).await? {
-                    Some(block) => *blocks.entry(number).or_insert(block),
-                    None => return Ok(None),
-                },
-            };
-            if block.hash != block_hash {
-                return Ok(None);
-            }
+            let block = blocks[&number];
             observations.push(Observation {
                 transaction_hash: tx_hash.to_string(),
                 log_index: log_index as i32,

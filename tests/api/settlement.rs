@@ -824,3 +824,35 @@ async fn a_caller_awaits_a_submissions_outcome() {
     .unwrap();
     assert_eq!(unknown, None);
 }
+
+/// `anvil_reorg` replaces the newest blocks as a real reorg does (the payment's transaction is
+/// dropped): the follower rewinds and keeps following the new blocks, read in ranges, and the
+/// payment sent again settles once.
+#[tokio::test]
+async fn the_follower_keeps_following_after_a_reorg_replaces_the_newest_blocks() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 3, false).await;
+    let before = anvil.balance(PAYEE);
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    anvil.submit_as_payer(&typed, &signature);
+    let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}')");
+    app.wait_until("the follower saw the payment", &observed)
+        .await;
+    anvil.rpc("anvil_reorg", json!([2, []])).await;
+    for _ in 0..3 {
+        anvil.mine(3).await;
+        app.wait_for_listener(&anvil).await;
+    }
+    if app.state_of(&id).await == "created" {
+        anvil.submit_as_payer(&typed, &signature);
+        anvil.mine(3).await;
+    }
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(
+        event_types(&app, &id).await,
+        ["payment_intent.created", "payment_intent.succeeded"]
+    );
+}
