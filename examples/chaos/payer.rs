@@ -11,7 +11,7 @@ use std::{
 
 use alloy::{
     network::{EthereumWallet, TransactionBuilder},
-    primitives::{Address, B256, U256},
+    primitives::{Address, B256, Signature, U256},
     providers::{Provider, ProviderBuilder},
     rpc::types::TransactionRequest,
     signers::{SignerSync, local::PrivateKeySigner},
@@ -168,16 +168,7 @@ async fn submit(
     let mut typed = typed.clone();
     let value = value.unwrap_or(amount);
     typed["message"]["value"] = value.to_string().into();
-    let Ok(parsed) = serde_json::from_value::<alloy::dyn_abi::TypedData>(typed) else {
-        return false;
-    };
-    let Ok(digest) = parsed.eip712_signing_hash() else {
-        return false;
-    };
-    let Ok(signature) = payer.sign_hash_sync(&digest) else {
-        return false;
-    };
-    let Some(token) = typed_token(document) else {
+    let (Some(signature), Some(token)) = (sign_typed(payer, typed), typed_token(document)) else {
         return false;
     };
     let call = Eip3009::transferWithAuthorizationCall {
@@ -191,10 +182,7 @@ async fn submit(
         r: signature.r().into(),
         s: signature.s().into(),
     };
-    let request = TransactionRequest::default()
-        .with_to(token)
-        .with_input(call.abi_encode());
-    node.send_transaction(request).await.is_ok()
+    send(node, token, call.abi_encode()).await
 }
 
 /// Cancels the authorization in `document` on chain, signed by the payer: the nonce can then
@@ -221,14 +209,7 @@ async fn cancel(
         "authorizer": payer.address().to_checksum(None),
         "nonce": nonce.to_string(),
     });
-    let Ok(parsed) = serde_json::from_value::<alloy::dyn_abi::TypedData>(cancel) else {
-        return false;
-    };
-    let Ok(digest) = parsed.eip712_signing_hash() else {
-        return false;
-    };
-    let (Ok(signature), Some(token)) = (payer.sign_hash_sync(&digest), typed_token(document))
-    else {
+    let (Some(signature), Some(token)) = (sign_typed(payer, cancel), typed_token(document)) else {
         return false;
     };
     let call = CancelAuthorization::cancelAuthorizationCall {
@@ -238,10 +219,7 @@ async fn cancel(
         r: signature.r().into(),
         s: signature.s().into(),
     };
-    let request = TransactionRequest::default()
-        .with_to(token)
-        .with_input(call.abi_encode());
-    node.send_transaction(request).await.is_ok()
+    send(node, token, call.abi_encode()).await
 }
 
 alloy::sol! {
@@ -249,6 +227,22 @@ alloy::sol! {
     interface CancelAuthorization {
         function cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external;
     }
+}
+
+/// The payer's signature of EIP-712 `typed` data.
+fn sign_typed(payer: &PrivateKeySigner, typed: serde_json::Value) -> Option<Signature> {
+    let parsed = serde_json::from_value::<alloy::dyn_abi::TypedData>(typed).ok()?;
+    payer
+        .sign_hash_sync(&parsed.eip712_signing_hash().ok()?)
+        .ok()
+}
+
+/// Sends `input` to `token` from the payer's account; whether the node accepted it.
+async fn send(node: &impl Provider, token: Address, input: Vec<u8>) -> bool {
+    let request = TransactionRequest::default()
+        .with_to(token)
+        .with_input(input);
+    node.send_transaction(request).await.is_ok()
 }
 
 fn typed_token(document: &serde_json::Value) -> Option<Address> {

@@ -172,24 +172,21 @@ async fn authorization_of(
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored address {raw}: {e}")))
     };
     let token = address(&intent.token)?;
-    let support = tokens::resolve(conn, endpoint, node, token).await;
-    let (name, version) = match &support {
-        Ok(TokenSupport::Eip3009 { name, version, .. }) => (name.clone(), version.clone()),
-        Ok(TokenSupport::NotSupported(why)) => {
-            return Err(ApiError::TokenNotSupported(format!(
-                "token {token} on {} cannot be paid by EIP-3009 authorization: {why}",
-                intent.chain
-            )));
-        }
-        Err(ResolveError::Database(_)) => {
-            let Err(ResolveError::Database(e)) = support else {
-                unreachable!()
-            };
-            return Err(e.into());
-        }
+    let support = match tokens::resolve(conn, endpoint, node, token).await {
+        Ok(support) => support,
+        Err(ResolveError::Database(e)) => return Err(e.into()),
         Err(ResolveError::Chain(e)) => {
             return Err(ApiError::ChainUnavailable(format!(
                 "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
+                intent.chain
+            )));
+        }
+    };
+    let (name, version) = match &support {
+        TokenSupport::Eip3009 { name, version, .. } => (name.clone(), version.clone()),
+        TokenSupport::NotSupported(why) => {
+            return Err(ApiError::TokenNotSupported(format!(
+                "token {token} on {} cannot be paid by EIP-3009 authorization: {why}",
                 intent.chain
             )));
         }
@@ -209,10 +206,7 @@ async fn authorization_of(
         valid_before: valid_before(intent),
         nonce: B256::from(domain::chain_nonce(&intent.id)),
     };
-    Ok((
-        authorization,
-        support.map_err(|_| ApiError::internal("matched above"))?,
-    ))
+    Ok((authorization, support))
 }
 
 /// The authorization is valid before the intent's expiry, in whole seconds rounded down.
