@@ -103,17 +103,43 @@ pay() {
   echo "compose-check: $token paid on chain $((SECONDS - confirmed_at)) s after confirm, balance +100000000"
 }
 
-# USDC as Circle deploys it (FiatTokenV2_2 behind its proxy), the same steps.
+# Refunds part of intent `id` in `token`: the merchant's address (anvil account 2, a public dev
+# key) signs the transfer back with cast, confirm, then succeeded on chain.
+refund() {
+  local token=$1 refund typed signature state shown
+  refund=$(auth "localhost:8080/v1/payment_intents/$id/refunds" -H "Idempotency-Key: refund-$id" \
+    -d '{"amount":"25000000","reason":"requested_by_customer"}' | json 'v["id"]')
+  typed=$(auth "localhost:8080/v1/refunds/$refund/authorization" | json 'json.dumps(v["typed_data"])')
+  signature=$(dc exec -T chain cast wallet sign --data \
+    --private-key 0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a "$typed" | tr -d '\r')
+  state=$(auth "localhost:8080/v1/refunds/$refund/confirm" -H "Idempotency-Key: confirm-$refund" \
+    -d "{\"signature\":\"$signature\"}" | json 'v["state"]')
+  [[ $state == processing ]] || fail "the refund's confirm did not answer processing ($token)"
+  for _ in $(seq 1 60); do
+    shown=$(auth "localhost:8080/v1/refunds/$refund")
+    state=$(json 'v["state"]' <<<"$shown")
+    [[ $state == succeeded ]] && break
+    sleep 1
+  done
+  echo "$shown"
+  [[ $state == succeeded ]] || fail "the refund in $token did not succeed within a minute (state $state)"
+  [[ $(auth "localhost:8080/v1/payment_intents/$id" | json 'v["amount_refunded"]') == 25000000 ]] \
+    || fail "the intent's amount_refunded is not 25000000"
+  echo "compose-check: $token refund of 25000000 succeeded on chain"
+}
+
+# USDC as Circle deploys it (FiatTokenV2_2 behind its proxy), the same steps, and a refund.
 pay "$usdc"
+refund "$usdc"
 pay "$token"
 balances=$(auth localhost:8080/v1/balances)
 echo "$balances"
 grep -q "\"token\":\"$token\",\"amount\":\"100000000\"" <<<"$balances" || fail "GET /v1/balances does not show the payment"
-grep -q "\"token\":\"$usdc\",\"amount\":\"100000000\"" <<<"$balances" || fail "GET /v1/balances does not show the USDC payment"
+grep -q "\"token\":\"$usdc\",\"amount\":\"75000000\"" <<<"$balances" || fail "GET /v1/balances does not show the USDC payment less its refund"
 for _ in $(seq 1 30); do
   grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" && break
   sleep 1
 done
 grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
   || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
-echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, balances +100000000 — settlement holds, and its event reached the receiver"
+echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, a USDC refund, balances as booked — settlement holds, and its event reached the receiver"

@@ -39,6 +39,9 @@ pub enum ApiError {
     IdempotencyKeyLeaseLost { key: String },
     #[error("{0}")]
     InvalidStateTransition(String),
+    /// A refund would take back more than its intent was paid, counting the refunds before it.
+    #[error("{0}")]
+    RefundExceedsPayment(String),
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error(
@@ -158,6 +161,7 @@ impl ApiError {
             Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::IdempotencyKeyLeaseLost { .. } => "idempotency_key_lease_lost",
             Self::InvalidStateTransition(_) => "invalid_state_transition",
+            Self::RefundExceedsPayment(_) => "refund_exceeds_payment",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             Self::TokenNotSupported(_) => "token_not_supported",
@@ -183,7 +187,8 @@ impl ApiError {
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::IdempotencyKeyInFlight { .. }
             | Self::IdempotencyKeyLeaseLost { .. }
-            | Self::InvalidStateTransition(_) => StatusCode::CONFLICT,
+            | Self::InvalidStateTransition(_)
+            | Self::RefundExceedsPayment(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::IdempotencyKeyReused { .. }
             | Self::TokenNotSupported(_)

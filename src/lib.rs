@@ -10,7 +10,9 @@
 //!   authorizations, contract wallets, the devnet
 //! - [`settlement`]: intents paid on chain: authorization and confirm, the outbox and relayer,
 //!   the payment watch
-//! - [`ledger`]: the double-entry record of every confirmed payment, and balances
+//! - [`refunds`]: money paid back to an intent's payer, signed by the merchant, through the same
+//!   outbox, relayer and follower
+//! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`sweeper`]: expiry of intents and retention of keys, in the background
@@ -34,6 +36,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod intents;
 pub mod ledger;
+pub mod refunds;
 pub mod settlement;
 pub mod startup;
 pub mod sweeper;

@@ -74,8 +74,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             println!(
-                "{chain}: {} payments booked, {} paid on chain up to block {}, {} other transfers to merchant addresses",
-                report.booked, report.paid_on_chain, report.up_to_block, report.unrelated_transfers
+                "{chain}: {} payments booked, {} paid on chain up to block {}, {} refunds booked, {} refunded on chain, {} other transfers to or from merchant addresses",
+                report.booked,
+                report.paid_on_chain,
+                report.up_to_block,
+                report.refunds_booked,
+                report.refunded_on_chain,
+                report.unrelated_transfers
             );
             for difference in &report.differences {
                 println!("DIFFERENCE {difference}");

@@ -1,6 +1,6 @@
 //! Wires settings, database and router into a running server.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use hyper_util::{
@@ -13,7 +13,8 @@ use tokio::net::TcpListener;
 use crate::{
     auth,
     config::{Settings, WebhookSettings},
-    db, http, settlement,
+    db, http, refunds,
+    settlement::{self, outbox},
     sweeper::SweepWorker,
     webhooks::delivery::DeliveryWorker,
     workers::{Failed, Next, Schedule, Worker, Workers},
@@ -126,8 +127,23 @@ impl Application {
             &self.database_url,
             &self.settlement,
             std::mem::take(&mut self.relayer_keys),
+            submission_kinds(),
+            chain_watch(),
         );
     }
+}
+
+/// What the relayer sends: every way to pay's submission kind.
+pub fn submission_kinds() -> outbox::Kinds {
+    outbox::Kinds::new(vec![
+        Arc::new(settlement::payments::IntentPayment),
+        Arc::new(refunds::payments::RefundPayment),
+    ])
+}
+
+/// What the chain follower looks for: every way to pay's watch, on one cursor per chain.
+pub fn chain_watch() -> impl crate::chain::follower::Watch + Clone {
+    (settlement::watch::PaymentWatch, refunds::watch::RefundWatch)
 }
 
 /// Checks the pool's idle connections (`db::Pool::check_idle`).

@@ -81,6 +81,21 @@ struct IntentRow {
     settled_by: Option<String>,
 }
 
+/// A refund as the checker needs it.
+#[derive(sqlx::FromRow)]
+struct RefundRow {
+    merchant_id: String,
+    id: String,
+    intent_id: String,
+    state: String,
+    version: i32,
+    amount: String,
+    token: String,
+    payee: String,
+    payer: String,
+    settled_by: Option<String>,
+}
+
 struct KeyRecord {
     state: String,
     status: Option<i16>,
@@ -90,6 +105,9 @@ struct KeyRecord {
 /// What the database holds after the run, keyed by (merchant, intent id) and (scope, key).
 struct Stored {
     intents: HashMap<(String, String), IntentRow>,
+    refunds: Vec<RefundRow>,
+    /// (merchant, intent) -> its `amount_refunded`.
+    amounts_refunded: HashMap<(String, String), String>,
     records: HashMap<(String, String), KeyRecord>,
     /// (merchant, event id, subject, subject version, type) of every event.
     events: Vec<(String, String, String, i32, String)>,
@@ -100,8 +118,8 @@ struct Stored {
 
 /// (chain, transaction hash, log index) of a ledger entry.
 type LedgerKey = (String, String, i32);
-/// (merchant, intent, number of postings, their sum) of a ledger entry.
-type LedgerEntry = (String, String, i64, String);
+/// (merchant, intent, number of postings, their sum, kind, refund) of a ledger entry.
+type LedgerEntry = (String, String, i64, String, String, Option<String>);
 /// (token, from, to, value) of a `Transfer` log.
 type Transfer = (String, String, String, String);
 
@@ -118,6 +136,9 @@ struct ChainFacts {
     /// Confirmed `AuthorizationCanceled` logs of an intent's nonce by its payer: (merchant,
     /// intent, transaction).
     cancellations: Vec<(String, String, String)>,
+    /// Confirmed `AuthorizationUsed` logs of a refund's nonce by its merchant address: (refund,
+    /// transaction, whether the next transfer pays the refund exactly).
+    refund_uses: Vec<(String, String, bool)>,
 }
 
 impl Stored {
@@ -181,22 +202,55 @@ impl Stored {
         )
         .fetch_all(pool)
         .await?;
-        let ledger = sqlx::query_as::<_, (String, String, i32, String, String, i64, String)>(
+        type RawEntry = (
+            String,
+            String,
+            i32,
+            String,
+            String,
+            i64,
+            String,
+            String,
+            Option<String>,
+        );
+        let ledger = sqlx::query_as::<_, RawEntry>(
             "SELECT e.chain, e.transaction_hash, e.log_index, e.merchant_id, e.intent_id, \
-                    count(p.*), coalesce(sum(p.amount), 0)::text \
+                    count(p.*), coalesce(sum(p.amount), 0)::text, e.kind, e.refund_id \
                FROM ledger_entries e LEFT JOIN ledger_postings p ON p.entry_id = e.id \
               GROUP BY e.id",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
-        .map(|(chain, tx, log, merchant, intent, postings, sum)| {
-            ((chain, tx, log), (merchant, intent, postings, sum))
-        })
+        .map(
+            |(chain, tx, log, merchant, intent, postings, sum, kind, refund)| {
+                (
+                    (chain, tx, log),
+                    (merchant, intent, postings, sum, kind, refund),
+                )
+            },
+        )
         .collect();
-        let chain = ChainFacts::load(&intents, inputs.chain_url, inputs.confirmations).await?;
+        let refunds = sqlx::query_as::<_, RefundRow>(
+            "SELECT merchant_id, id, intent_id, state, version, amount::text AS amount, token, payee, payer, \
+                    settlement->>'transaction_hash' AS settled_by FROM refunds",
+        )
+        .fetch_all(pool)
+        .await?;
+        let amounts_refunded = sqlx::query_as::<_, (String, String, String)>(
+            "SELECT merchant_id, id, amount_refunded::text FROM payment_intents",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(merchant, id, amount)| ((merchant, id), amount))
+        .collect();
+        let chain =
+            ChainFacts::load(&intents, &refunds, inputs.chain_url, inputs.confirmations).await?;
         Ok(Self {
             intents,
+            refunds,
+            amounts_refunded,
             records,
             events,
             ledger,
@@ -215,7 +269,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 19] = [
+const INVARIANTS: [Invariant; 21] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -235,6 +289,8 @@ const INVARIANTS: [Invariant; 19] = [
     every_confirmed_cancellation_fails_its_intent,
     ledger_sums_to_zero,
     late_payments_are_recorded,
+    refunds_stay_within_their_payment,
+    every_refund_reflected_once,
 ];
 
 /// Reads the database and checks every invariant against it and the run's history.
@@ -259,6 +315,7 @@ fn one_key_per_intent(stored: &Stored, _: &Inputs) -> Row {
     for ((scope, _), record) in &stored.records {
         if record.status == Some(201)
             && let Some(id) = body_id(record.body.as_deref())
+            && id.starts_with("pi_")
         {
             *created_by.entry((scope.clone(), id)).or_default() += 1;
         }
@@ -593,14 +650,27 @@ fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
             .or_default()
             .push(*version);
     }
+    let refund_versions: HashMap<(&str, &str), i32> = stored
+        .refunds
+        .iter()
+        .map(|r| ((r.merchant_id.as_str(), r.id.as_str()), r.version))
+        .collect();
     let mut wrong = versions
         .keys()
         .filter(|(merchant, subject)| {
             !stored
                 .intents
                 .contains_key(&(merchant.to_string(), subject.to_string()))
+                && !refund_versions.contains_key(&(*merchant, *subject))
         })
         .count();
+    for (subject, version) in &refund_versions {
+        let mut seen = versions.get(subject).cloned().unwrap_or_default();
+        seen.sort_unstable();
+        if seen != (1..=*version).collect::<Vec<_>>() {
+            wrong += 1;
+        }
+    }
     for ((merchant, id), intent) in &stored.intents {
         let mut seen = versions
             .get(&(merchant.as_str(), id.as_str()))
@@ -613,7 +683,7 @@ fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
     }
     row(
         "every committed state change produced exactly one event",
-        stored.intents.len(),
+        stored.intents.len() + stored.refunds.len(),
         wrong,
     )
 }
@@ -654,6 +724,7 @@ fn body_id(body: Option<&[u8]>) -> Option<String> {
 impl ChainFacts {
     async fn load(
         intents: &HashMap<(String, String), IntentRow>,
+        refunds: &[RefundRow],
         chain_url: &str,
         confirmations: u64,
     ) -> anyhow::Result<Self> {
@@ -683,10 +754,11 @@ impl ChainFacts {
                     .collect()
             };
         let mut facts = ChainFacts::default();
-        for intent in intents.values() {
-            let Some(tx) = &intent.settled_by else {
-                continue;
-            };
+        let settled_by = intents
+            .values()
+            .filter_map(|i| i.settled_by.as_ref())
+            .chain(refunds.iter().filter_map(|r| r.settled_by.as_ref()));
+        for tx in settled_by {
             let hash: B256 = tx.parse()?;
             let receipt = node.get_transaction_receipt(hash).await?;
             let entry = match receipt {
@@ -727,10 +799,38 @@ impl ChainFacts {
                     .event_signature(Eip3009::AuthorizationUsed::SIGNATURE_HASH),
             )
             .await?;
+        let refunds_by_nonce: HashMap<[u8; 32], &RefundRow> = refunds
+            .iter()
+            .map(|r| (payments_api::refunds::domain::chain_nonce(&r.id), r))
+            .collect();
         for log in uses {
             let Ok(used) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) else {
                 continue;
             };
+            if let Some(refund) = refunds_by_nonce.get(&used.nonce.0) {
+                let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                    continue;
+                };
+                if used.authorizer.to_checksum(None) != refund.payee
+                    || log.address().to_checksum(None) != refund.token
+                {
+                    continue;
+                }
+                let Some(receipt) = node.get_transaction_receipt(tx).await? else {
+                    continue;
+                };
+                let pays = transfers_of(receipt.inner.logs())
+                    .into_iter()
+                    .filter(|(token, .., at)| *token == refund.token && *at > index)
+                    .min_by_key(|(.., at)| *at)
+                    .is_some_and(|(_, from, to, value, _)| {
+                        from == refund.payee && to == refund.payer && value == refund.amount
+                    });
+                facts
+                    .refund_uses
+                    .push((refund.id.clone(), tx.to_string(), pays));
+                continue;
+            }
             let Some(((merchant, id), intent)) = by_nonce.get(&used.nonce.0) else {
                 continue;
             };
@@ -877,7 +977,12 @@ fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
         })
         .count();
     let payments = stored.chain.nonce_uses.iter().filter(|u| u.4).count();
-    let extra_entries = stored.ledger.len().saturating_sub(payments);
+    let extra_entries = stored
+        .ledger
+        .values()
+        .filter(|e| e.4 == "payment")
+        .count()
+        .saturating_sub(payments);
     row(
         "each confirmed nonce use reflected once: intent, ledger, event",
         stored.chain.nonce_uses.len(),
@@ -920,7 +1025,7 @@ fn ledger_sums_to_zero(stored: &Stored, _: &Inputs) -> Row {
     let unbalanced = stored
         .ledger
         .values()
-        .filter(|(_, _, postings, sum)| *postings != 2 || sum != "0")
+        .filter(|(_, _, postings, sum, ..)| *postings != 2 || sum != "0")
         .count();
     row(
         "every ledger entry sums to zero (two postings)",
@@ -952,5 +1057,118 @@ fn late_payments_are_recorded(stored: &Stored, _: &Inputs) -> Row {
         "no canceled/failed intent paid without a late-payment record",
         late.len(),
         unrecorded,
+    )
+}
+
+/// Every refund was created by exactly one key's stored 201, of a paid intent; an intent's refunds
+/// that may still move money never exceed its amount, and its `amount_refunded` is the sum of
+/// its succeeded ones.
+fn refunds_stay_within_their_payment(stored: &Stored, _: &Inputs) -> Row {
+    use alloy::primitives::U256;
+    let number = |raw: &str| raw.parse::<U256>().unwrap_or(U256::MAX);
+    let mut created_by: HashMap<(String, String), usize> = HashMap::new();
+    for ((scope, _), record) in &stored.records {
+        if record.status == Some(201)
+            && let Some(id) = body_id(record.body.as_deref())
+            && id.starts_with("re_")
+        {
+            *created_by.entry((scope.clone(), id)).or_default() += 1;
+        }
+    }
+    let mut wrong = stored
+        .refunds
+        .iter()
+        .filter(|r| created_by.get(&(r.merchant_id.clone(), r.id.clone())) != Some(&1))
+        .count();
+    let mut by_intent: HashMap<(&str, &str), (U256, U256)> = HashMap::new();
+    for refund in &stored.refunds {
+        let sums = by_intent
+            .entry((&refund.merchant_id, &refund.intent_id))
+            .or_default();
+        if refund.state != "failed" {
+            sums.0 += number(&refund.amount);
+        }
+        if refund.state == "succeeded" {
+            sums.1 += number(&refund.amount);
+        }
+    }
+    for ((merchant, id), (reserved, refunded)) in &by_intent {
+        let Some(intent) = stored.intents.get(&(merchant.to_string(), id.to_string())) else {
+            wrong += 1;
+            continue;
+        };
+        let recorded = stored
+            .amounts_refunded
+            .get(&(merchant.to_string(), id.to_string()))
+            .map(|a| number(a));
+        if intent.settled_by.is_none()
+            || *reserved > number(&intent.amount)
+            || recorded != Some(*refunded)
+        {
+            eprintln!(
+                "checker: refunds of {merchant}/{id}: {reserved} reserved, {refunded} refunded, intent {} of {} (amount_refunded {recorded:?})",
+                intent.state, intent.amount
+            );
+            wrong += 1;
+        }
+    }
+    row(
+        "refunds: one key each, of a paid intent, within its payment",
+        stored.refunds.len(),
+        wrong,
+    )
+}
+
+/// A refund succeeded exactly when a confirmed use of its nonce paid it back: then it names that
+/// transaction and has one ledger entry; otherwise none.
+fn every_refund_reflected_once(stored: &Stored, _: &Inputs) -> Row {
+    let wrong = stored
+        .refunds
+        .iter()
+        .filter(|refund| {
+            let paying: Vec<&String> = stored
+                .chain
+                .refund_uses
+                .iter()
+                .filter(|(id, _, pays)| *id == refund.id && *pays)
+                .map(|(_, tx, _)| tx)
+                .collect();
+            let entries = stored
+                .ledger
+                .values()
+                .filter(|e| e.5.as_deref() == Some(refund.id.as_str()))
+                .count();
+            let confirmed = refund.settled_by.as_ref().is_some_and(|tx| {
+                stored.chain.receipts.get(tx).is_some_and(|(ok, transfers)| {
+                    *ok && transfers.iter().any(|(token, from, to, value)| {
+                        *token == refund.token
+                            && *from == refund.payee
+                            && *to == refund.payer
+                            && *value == refund.amount
+                    })
+                })
+            });
+            let reflected = match refund.state.as_str() {
+                "succeeded" => {
+                    confirmed
+                        && entries == 1
+                        && paying.len() == 1
+                        && refund.settled_by.as_ref() == paying.first().copied()
+                }
+                _ => entries == 0 && paying.is_empty(),
+            };
+            if !reflected {
+                eprintln!(
+                    "checker: refund {}: {} (settled by {:?}), {entries} ledger entries, paid on chain by {paying:?}",
+                    refund.id, refund.state, refund.settled_by
+                );
+            }
+            !reflected
+        })
+        .count();
+    row(
+        "each refund reflected once: state, chain, ledger",
+        stored.refunds.len(),
+        wrong,
     )
 }

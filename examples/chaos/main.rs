@@ -272,6 +272,10 @@ async fn main() -> anyhow::Result<()> {
         "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned, {} authorizations canceled",
         paid.confirmed, paid.submitted, paid.burned, paid.canceled
     );
+    println!(
+        "merchant: {} refunds created, {} confirmed through the API, {} submitted on chain",
+        paid.refunds, paid.refunds_confirmed, paid.refunds_submitted
+    );
     let verdict = checker::check(
         &pool,
         checker::Inputs {

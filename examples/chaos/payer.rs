@@ -2,7 +2,9 @@
 //! a random replica, signs it, then either confirms it through the API (the relayer submits it) or
 //! submits it on chain itself; now and then it burns the nonce on a transfer of one unit instead,
 //! or cancels the authorization on chain (EIP-3009 `cancelAuthorization`).
-//! Failures under faults are simply tried again with another intent.
+//! Failures under faults are simply tried again with another intent. Beside the payer, the
+//! merchant refunds a quarter of random paid intents: create, sign with the merchant address's
+//! key, confirm or submit on chain itself, each request retried with its key like a client's.
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -29,6 +31,10 @@ pub struct Paid {
     pub submitted: u64,
     pub burned: u64,
     pub canceled: u64,
+    /// Refunds created, then confirmed through the API or submitted on chain by the merchant.
+    pub refunds: u64,
+    pub refunds_confirmed: u64,
+    pub refunds_submitted: u64,
 }
 
 pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -> Paid {
@@ -40,9 +46,24 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
+    let merchant_key: PrivateKeySigner = ANVIL_KEYS[2].parse().expect("a key");
+    let merchant_node = ProviderBuilder::new()
+        .wallet(EthereumWallet::from(merchant_key.clone()))
+        .connect_http(chain_url.parse().expect("a URL"));
     let mut paid = Paid::default();
     while !shared.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(250)).await;
+        if rand::rng().random_range(0..4) == 0 {
+            refund(
+                &shared,
+                &http,
+                &database_url,
+                &merchant_node,
+                &merchant_key,
+                &mut paid,
+            )
+            .await;
+        }
         let Some((merchant, id)) = pick(&database_url).await else {
             continue;
         };
@@ -86,42 +107,138 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
                 continue;
             };
             let body = serde_json::json!({ "signature": format!("0x{}", hex::encode(signature.as_bytes())) });
-            // Like every client here, retried with the same key until it has a final answer.
-            for _ in 0..100 {
-                let base = &shared.bases[rand::rng().random_range(0..shared.bases.len())];
-                let answer = http
-                    .post(format!("{base}/v1/payment_intents/{id}/confirm"))
-                    .bearer_auth(token)
-                    .header("idempotency-key", format!("pay-{id}"))
-                    .body(body.to_string())
-                    .send()
-                    .await;
-                let (status, error) = match answer {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let body = r.json::<serde_json::Value>().await.unwrap_or_default();
-                        (status, body["error"].as_str().unwrap_or("").to_owned())
-                    }
-                    Err(_) => (0, String::new()),
-                };
-                if status == 200 {
-                    paid.confirmed += 1;
-                }
-                // A 409 for a key in flight or a lost lease, a 503 or no answer: the same again.
-                let retry = status == 0
-                    || status == 503
-                    || matches!(
-                        error.as_str(),
-                        "idempotency_key_in_flight" | "idempotency_key_lease_lost"
-                    );
-                if !retry {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
+            let path = format!("/v1/payment_intents/{id}/confirm");
+            if post_until_final(&shared, &http, token, &path, &format!("pay-{id}"), &body)
+                .await
+                .is_some_and(|(status, _)| status == 200)
+            {
+                paid.confirmed += 1;
             }
         }
     }
     paid
+}
+
+/// POSTs `body` to `path` on random replicas under `key`, like every client here retried with
+/// the same key until it has a final answer (or a hundred tries passed): its status and body.
+async fn post_until_final(
+    shared: &Shared,
+    http: &reqwest::Client,
+    token: &str,
+    path: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> Option<(u16, serde_json::Value)> {
+    for _ in 0..100 {
+        let base = &shared.bases[rand::rng().random_range(0..shared.bases.len())];
+        let answer = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .header("idempotency-key", key)
+            .body(body.to_string())
+            .send()
+            .await;
+        let (status, body) = match answer {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (
+                    status,
+                    r.json::<serde_json::Value>().await.unwrap_or_default(),
+                )
+            }
+            Err(_) => (0, serde_json::Value::Null),
+        };
+        // A 409 for a key in flight or a lost lease, a 503 or no answer: the same again.
+        let retry = status == 0
+            || status == 503
+            || matches!(
+                body["error"].as_str(),
+                Some("idempotency_key_in_flight" | "idempotency_key_lease_lost")
+            );
+        if !retry {
+            return Some((status, body));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    None
+}
+
+/// The merchant refunds a quarter of a random paid intent, then signs the refund with its
+/// address's key and confirms it through the API, or (one time in three) submits it on chain.
+async fn refund(
+    shared: &Shared,
+    http: &reqwest::Client,
+    database_url: &str,
+    node: &impl Provider,
+    merchant_key: &PrivateKeySigner,
+    paid: &mut Paid,
+) {
+    let Some((merchant, intent, amount)) = pick_paid(database_url).await else {
+        return;
+    };
+    let Some(token) = TOKENS.iter().find(|(_, m)| *m == merchant).map(|(t, _)| *t) else {
+        return;
+    };
+    let quarter =
+        (amount.parse::<U256>().unwrap_or(U256::from(4)) / U256::from(4)).max(U256::from(1));
+    let key = format!("refund-{intent}-{}", rand::rng().random::<u32>());
+    let path = format!("/v1/payment_intents/{intent}/refunds");
+    let body = serde_json::json!({ "amount": quarter.to_string() });
+    let Some((201, created)) = post_until_final(shared, http, token, &path, &key, &body).await
+    else {
+        return;
+    };
+    paid.refunds += 1;
+    let Some(id) = created["id"].as_str() else {
+        return;
+    };
+    let base = &shared.bases[rand::rng().random_range(0..shared.bases.len())];
+    let Ok(answer) = http
+        .get(format!("{base}/v1/refunds/{id}/authorization"))
+        .bearer_auth(token)
+        .send()
+        .await
+    else {
+        return;
+    };
+    let Ok(document) = answer.json::<serde_json::Value>().await else {
+        return;
+    };
+    if rand::rng().random_range(0..3) == 0 {
+        if submit(node, merchant_key, &document, None).await {
+            paid.refunds_submitted += 1;
+        }
+        return;
+    }
+    let Some(signature) = document["digest"]
+        .as_str()
+        .and_then(|d| d.parse::<B256>().ok())
+        .and_then(|digest| merchant_key.sign_hash_sync(&digest).ok())
+    else {
+        return;
+    };
+    let body =
+        serde_json::json!({ "signature": format!("0x{}", hex::encode(signature.as_bytes())) });
+    let path = format!("/v1/refunds/{id}/confirm");
+    if post_until_final(shared, http, token, &path, &format!("confirm-{id}"), &body)
+        .await
+        .is_some_and(|(status, _)| status == 200)
+    {
+        paid.refunds_confirmed += 1;
+    }
+}
+
+/// A random paid intent with something left to refund: merchant, id, amount.
+async fn pick_paid(database_url: &str) -> Option<(String, String, String)> {
+    let mut conn = PgConnection::connect(database_url).await.ok()?;
+    sqlx::query_as(
+        "SELECT merchant_id, id, amount::text FROM payment_intents
+          WHERE settlement IS NOT NULL AND amount_refunded < amount ORDER BY random() LIMIT 1",
+    )
+    .fetch_optional(&mut conn)
+    .await
+    .ok()
+    .flatten()
 }
 
 /// A random `created` intent, by merchant and id.
@@ -136,8 +253,9 @@ async fn pick(database_url: &str) -> Option<(String, String)> {
     .flatten()
 }
 
-/// Signs the authorization in `document` (with `value` instead of its own, to burn the nonce) and
-/// sends it from the payer's own account. Whether it was accepted by the node.
+/// Signs the authorization in `document` (with `value` instead of its own, to burn the nonce) with
+/// its authorizer's key and sends it from the authorizer's own account. Whether it was accepted
+/// by the node.
 async fn submit(
     node: &impl Provider,
     payer: &PrivateKeySigner,

@@ -75,6 +75,9 @@ pub struct ConfirmedBlock {
 /// What a chain is watched for. Each method runs in the follower's tick; all state that matters
 /// is in PostgreSQL, so a tick cut short is done again.
 pub trait Watch: Send + Sync + 'static {
+    /// Whether observations of `kind` are this watch's to apply.
+    fn applies(&self, kind: &str) -> bool;
+
     /// The logs wanted on `chain` now (read each tick: the tokens in use change).
     fn interest(
         &self,
@@ -107,6 +110,71 @@ pub trait Watch: Send + Sync + 'static {
         chain: &ChainEndpoint,
         block: ConfirmedBlock,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// Two watches as one, so one follower (one cursor per chain) serves both: their interests
+/// joined, a log offered to the first and then the second, an observation applied by the watch
+/// whose kind it is, and both told of each confirmed block.
+impl<A: Watch, B: Watch> Watch for (A, B) {
+    fn applies(&self, kind: &str) -> bool {
+        self.0.applies(kind) || self.1.applies(kind)
+    }
+
+    async fn interest(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+    ) -> Result<Interest, sqlx::Error> {
+        let mut joined = self.0.interest(conn, chain).await?;
+        let second = self.1.interest(conn, chain).await?;
+        for address in second.addresses {
+            if !joined.addresses.contains(&address) {
+                joined.addresses.push(address);
+            }
+        }
+        for event in second.events {
+            if !joined.events.contains(&event) {
+                joined.events.push(event);
+            }
+        }
+        Ok(joined)
+    }
+
+    async fn observe(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        log: &Log,
+    ) -> Result<Option<Observed>, FollowError> {
+        match self.0.observe(conn, chain, node, log).await? {
+            Some(observed) => Ok(Some(observed)),
+            None => self.1.observe(conn, chain, node, log).await,
+        }
+    }
+
+    async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        observation: &Observation,
+    ) -> Result<&'static str, sqlx::Error> {
+        if self.1.applies(&observation.kind) {
+            self.1.apply(tx, chain, observation).await
+        } else {
+            self.0.apply(tx, chain, observation).await
+        }
+    }
+
+    async fn confirmed(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        block: ConfirmedBlock,
+    ) -> Result<(), sqlx::Error> {
+        self.0.confirmed(conn, chain, block).await?;
+        self.1.confirmed(conn, chain, block).await
+    }
 }
 
 /// The follower of one chain as a [`Worker`]: one tick per unit, every `CHAIN_POLL_INTERVAL_MS`.

@@ -20,4 +20,8 @@ pub const TYPES: &[&str] = &[
     "payment_intent.failed",
     "payment_intent.paid_after_cancel",
     "payment_intent.payment_pending",
+    "refund.created",
+    "refund.processing",
+    "refund.succeeded",
+    "refund.failed",
 ];

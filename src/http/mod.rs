@@ -23,7 +23,7 @@ use crate::{
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, ledger, settlement,
+    intents, ledger, refunds, settlement,
     telemetry::{self, metrics},
     webhooks,
     workers::Heartbeats,
@@ -48,7 +48,8 @@ pub fn router(
     let chains = settlement::Chains::new(&settings.settlement);
     let authenticator = auth::Authenticator::new(pool.clone());
     let api = intents::router(settings.settlement.chain_names())
-        .merge(settlement::routes::router(chains))
+        .merge(settlement::routes::router(chains.clone()))
+        .merge(refunds::router(chains))
         .merge(ledger::router())
         .merge(idempotency::router())
         .merge(events::router())

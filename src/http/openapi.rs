@@ -13,7 +13,9 @@ use utoipa::{
     },
 };
 
-use crate::{events, http::health, idempotency, intents, ledger, settlement, telemetry, webhooks};
+use crate::{
+    events, http::health, idempotency, intents, ledger, refunds, settlement, telemetry, webhooks,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +30,11 @@ use crate::{events, http::health, idempotency, intents, ledger, settlement, tele
         intents::handlers::cancel,
         settlement::routes::authorization,
         settlement::routes::confirm,
+        refunds::routes::create,
+        refunds::routes::list,
+        refunds::routes::show,
+        refunds::routes::authorization,
+        refunds::routes::confirm,
         ledger::routes::balances,
         idempotency::routes::show,
         events::routes::list,
@@ -48,6 +55,7 @@ use crate::{events, http::health, idempotency, intents, ledger, settlement, tele
     tags(
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
         (name = "settlement", description = "Pay an intent on chain with an EIP-3009 authorization"),
+        (name = "refunds", description = "Pay a paid intent back, in whole or in part, by an authorization the merchant signs"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
         (name = "events", description = "What changed, kept 30 days, and its webhook deliveries"),
         (name = "webhooks", description = "Endpoints that receive every event, signed"),

@@ -53,6 +53,9 @@ pub struct PaymentIntent {
     /// paid anyway: the chain is the source of truth).
     #[schema(value_type = Option<Settlement>)]
     pub settlement: Option<Json<Settlement>>,
+    /// What its refunds paid back so far (those confirmed on chain), token base units.
+    #[schema(example = "0")]
+    pub amount_refunded: String,
     /// Your key/value pairs, as sent.
     #[schema(value_type = Object)]
     pub metadata: Json<Metadata>,
@@ -93,7 +96,7 @@ pub async fn insert(
                 now() + make_interval(secs => $8), $9, $10)
         RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
         id.as_str(),
@@ -139,7 +142,7 @@ pub async fn find(
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
@@ -238,7 +241,7 @@ pub async fn apply_with(
             )
             SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                    expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-                   settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
+                   settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
             merchant,
@@ -340,7 +343,7 @@ pub async fn expire_due(
             )
             SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
                    payee AS merchant, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>",
+                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!",
                    metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
@@ -386,6 +389,7 @@ struct Expired {
     failure_reason: Option<String>,
     pending_reason: Option<String>,
     settlement: Option<Json<Settlement>>,
+    amount_refunded: String,
     metadata: Json<Metadata>,
 }
 
@@ -408,6 +412,7 @@ impl Expired {
             failure_reason: self.failure_reason,
             pending_reason: self.pending_reason,
             settlement: self.settlement,
+            amount_refunded: self.amount_refunded,
             metadata: self.metadata,
         };
         (self.merchant_id, intent)
@@ -449,7 +454,7 @@ pub async fn list(
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

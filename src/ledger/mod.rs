@@ -16,12 +16,15 @@ pub use routes::router;
 pub enum Kind {
     /// A payer paid an intent.
     Payment,
+    /// A merchant paid a payer back (a refund of an intent).
+    Refund,
 }
 
 impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Payment => "payment",
+            Self::Refund => "refund",
         }
     }
 }
@@ -67,6 +70,8 @@ pub struct Entry<'a> {
     pub merchant_id: &'a str,
     /// The intent the entry concerns.
     pub intent_id: &'a str,
+    /// The refund it books, for a refund.
+    pub refund_id: Option<&'a str>,
     pub event: ChainEvent<'a>,
     pub token: &'a str,
     pub postings: Vec<Posting<'a>>,
@@ -86,6 +91,7 @@ impl<'a> Entry<'a> {
             kind: Kind::Payment,
             merchant_id,
             intent_id,
+            refund_id: None,
             event,
             token,
             postings: vec![
@@ -100,6 +106,31 @@ impl<'a> Entry<'a> {
             ],
         }
     }
+
+    /// A confirmed refund of an intent: its amount from the merchant back to the payer, the
+    /// payment's entry reversed.
+    pub fn refund(
+        merchant_id: &'a str,
+        intent_id: &'a str,
+        refund_id: &'a str,
+        payer: &'a str,
+        event: ChainEvent<'a>,
+        token: &'a str,
+        amount: &str,
+    ) -> Self {
+        let mut entry = Self::payment(merchant_id, intent_id, payer, event, token, amount);
+        for posting in &mut entry.postings {
+            posting.amount = match posting.amount.strip_prefix('-') {
+                Some(positive) => positive.to_owned(),
+                None => format!("-{}", posting.amount),
+            };
+        }
+        Self {
+            kind: Kind::Refund,
+            refund_id: Some(refund_id),
+            ..entry
+        }
+    }
 }
 
 /// Writes `entry` in the caller's transaction (the one that makes the change it books). Returns
@@ -110,8 +141,8 @@ pub async fn post(conn: &mut PgConnection, entry: &Entry<'_>) -> Result<bool, sq
     let written = sqlx::query_scalar!(
         r#"
         WITH entry AS (
-            INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index)
-            VALUES ($1, $2, $3, $4, $5, $6)
+            INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index, refund_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $10)
             ON CONFLICT (chain, transaction_hash, log_index) DO NOTHING
             RETURNING id
         ), postings AS (
@@ -130,6 +161,7 @@ pub async fn post(conn: &mut PgConnection, entry: &Entry<'_>) -> Result<bool, sq
         entry.token,
         &accounts,
         &amounts,
+        entry.refund_id,
     )
     .fetch_one(conn)
     .await?;

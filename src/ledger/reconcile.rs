@@ -1,14 +1,15 @@
 //! `payments-api reconcile --chain evm:<id>`: the ledger against the chain. Every confirmed
-//! transfer of an intent's token to an intent's merchant address that follows the use of an
-//! intent's nonce (an intent payment, as the payment watch reads it) must be booked once, with its
-//! amount; every booked payment must be such a transfer on chain. Anything else is a difference.
+//! transfer that follows the use of one of our nonces and moves what it authorized must be booked
+//! once, with its amount; every booked entry must be such a transfer on chain. That holds for
+//! both directions money moves here: a payment (an intent's nonce, payer → merchant address) and
+//! a refund (a refund's nonce, merchant address → payer). Anything else is a difference.
 
 use std::collections::{BTreeMap, HashMap};
 
 use alloy::{
     primitives::{Address, B256},
     providers::Provider,
-    rpc::types::Filter,
+    rpc::types::{Filter, Log},
     sol_types::SolEvent,
 };
 use sqlx::PgConnection;
@@ -27,14 +28,18 @@ const BLOCKS_PER_QUERY: u64 = 10_000;
 pub struct Report {
     pub booked: usize,
     pub paid_on_chain: usize,
-    /// Transfers to merchant addresses that pay no intent (plain transfers): shown, not differences.
+    pub refunds_booked: usize,
+    pub refunded_on_chain: usize,
+    /// Transfers to or from merchant addresses that are no payment or refund of ours (plain
+    /// transfers): shown, not differences.
     pub unrelated_transfers: usize,
     pub differences: Vec<String>,
     pub up_to_block: u64,
 }
 
-/// A payment, keyed by its transaction and the log index of its `AuthorizationUsed`.
-type PaymentKey = (String, i64);
+/// A movement, keyed by its transaction and the log index of its `AuthorizationUsed`; its value
+/// is the intent or refund it books and the amount.
+type Movements = BTreeMap<(String, i64), (String, String)>;
 
 pub async fn reconcile(
     conn: &mut PgConnection,
@@ -42,69 +47,107 @@ pub async fn reconcile(
     node: &Node,
     confirmations: u64,
 ) -> anyhow::Result<Report> {
-    let booked: BTreeMap<PaymentKey, (String, String)> = sqlx::query!(
-        r#"
-        SELECT e.transaction_hash, e.log_index, e.intent_id, p.amount::text AS "amount!"
-          FROM ledger_entries e
-          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE 'merchant:%'
-         WHERE e.chain = $1 AND e.kind = $2
-        "#,
-        chain.name,
-        Kind::Payment.as_str(),
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        (
-            (r.transaction_hash, i64::from(r.log_index)),
-            (r.intent_id, r.amount),
-        )
-    })
-    .collect();
     let head = node.get_block_number().await?;
     let confirmed = (head + 1).saturating_sub(confirmations);
     let mut report = Report {
-        booked: booked.len(),
         up_to_block: confirmed,
         ..Report::default()
     };
-    let on_chain = paid_on_chain(conn, chain, node, confirmed, &mut report).await?;
-    report.paid_on_chain = on_chain.len();
-    for (key, (intent, amount)) in &on_chain {
-        match booked.get(key) {
-            None => report.differences.push(format!(
-                "on chain, not in the ledger: {intent} paid {amount} in {} (log {})",
-                key.0, key.1
-            )),
-            Some((_, booked_amount)) if booked_amount != amount => {
-                report.differences.push(format!(
-                    "{intent}: the ledger has {booked_amount}, the chain moved {amount} in {}",
-                    key.0
-                ))
+    for kind in [Kind::Payment, Kind::Refund] {
+        let booked = booked(conn, chain, kind).await?;
+        let on_chain = on_chain(conn, chain, node, confirmed, kind, &mut report).await?;
+        let (verb, noun) = match kind {
+            Kind::Payment => {
+                report.booked = booked.len();
+                report.paid_on_chain = on_chain.len();
+                ("paid", "payment")
             }
-            Some(_) => {}
+            Kind::Refund => {
+                report.refunds_booked = booked.len();
+                report.refunded_on_chain = on_chain.len();
+                ("refunded", "refund")
+            }
+        };
+        for (key, (subject, amount)) in &on_chain {
+            match booked.get(key) {
+                None => report.differences.push(format!(
+                    "on chain, not in the ledger: {subject} {verb} {amount} in {} (log {})",
+                    key.0, key.1
+                )),
+                Some((_, booked_amount)) if booked_amount != amount => {
+                    report.differences.push(format!(
+                        "{subject}: the ledger has {booked_amount}, the chain moved {amount} in {}",
+                        key.0
+                    ))
+                }
+                Some(_) => {}
+            }
         }
-    }
-    for (key, (intent, amount)) in &booked {
-        if !on_chain.contains_key(key) {
-            report.differences.push(format!(
-                "in the ledger, not on chain: {intent} booked {amount} for {} (log {})",
-                key.0, key.1
-            ));
+        for (key, (subject, amount)) in &booked {
+            if !on_chain.contains_key(key) {
+                report.differences.push(format!(
+                    "in the ledger, not on chain: {subject} booked {amount} for {} (log {}) as a {noun}",
+                    key.0, key.1
+                ));
+            }
         }
     }
     Ok(report)
 }
 
-/// Every intent payment on chain up to `confirmed`, read from the tokens' logs.
-async fn paid_on_chain(
+/// The ledger's entries of `kind` on `chain`, by chain event, with what each moved: a payment's
+/// amount as its merchant received it, a refund's as its payer did.
+async fn booked(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    kind: Kind,
+) -> Result<Movements, sqlx::Error> {
+    let receiver = match kind {
+        Kind::Payment => "merchant:%",
+        Kind::Refund => "payer:%",
+    };
+    Ok(sqlx::query!(
+        r#"
+        SELECT e.transaction_hash, e.log_index, COALESCE(e.refund_id, e.intent_id) AS "subject!",
+               p.amount::text AS "amount!"
+          FROM ledger_entries e
+          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE $3
+         WHERE e.chain = $1 AND e.kind = $2
+        "#,
+        chain.name,
+        kind.as_str(),
+        receiver,
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        (
+            (r.transaction_hash, i64::from(r.log_index)),
+            (r.subject, r.amount),
+        )
+    })
+    .collect())
+}
+
+/// What one of our nonces authorized: who signs (and pays), who receives, how much.
+struct Authorized {
+    subject: String,
+    from: String,
+    to: String,
+    amount: String,
+}
+
+/// Every movement of `kind` on chain up to `confirmed`, read from the tokens' logs: transfers to
+/// (payments) or from (refunds) the merchant addresses intents name, each after a nonce use.
+async fn on_chain(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
     node: &Node,
     confirmed: u64,
+    kind: Kind,
     report: &mut Report,
-) -> anyhow::Result<BTreeMap<PaymentKey, (String, String)>> {
+) -> anyhow::Result<Movements> {
     let pairs = sqlx::query!(
         "SELECT DISTINCT token, payee FROM payment_intents WHERE chain = $1",
         chain.name
@@ -119,8 +162,8 @@ async fn paid_on_chain(
         };
         payees.entry(token).or_default().push(payee.into_word());
     }
-    let mut paid = BTreeMap::new();
-    for (token, to) in payees {
+    let mut moved = BTreeMap::new();
+    for (token, merchants) in payees {
         let mut from = 0;
         while from <= confirmed {
             let to_block = (from + BLOCKS_PER_QUERY - 1).min(confirmed);
@@ -128,14 +171,14 @@ async fn paid_on_chain(
                 .address(token)
                 .from_block(from)
                 .to_block(to_block);
-            let transfers = node
-                .get_logs(
-                    &range
-                        .clone()
-                        .event_signature(Eip3009::Transfer::SIGNATURE_HASH)
-                        .topic2(to.clone()),
-                )
-                .await?;
+            let transfers = range
+                .clone()
+                .event_signature(Eip3009::Transfer::SIGNATURE_HASH);
+            let transfers = match kind {
+                Kind::Payment => transfers.topic2(merchants.clone()),
+                Kind::Refund => transfers.topic1(merchants.clone()),
+            };
+            let transfers = node.get_logs(&transfers).await?;
             let uses = node
                 .get_logs(&range.event_signature(Eip3009::AuthorizationUsed::SIGNATURE_HASH))
                 .await?;
@@ -144,53 +187,84 @@ async fn paid_on_chain(
                 else {
                     continue;
                 };
-                let Ok(moved) = Eip3009::Transfer::decode_log_data(transfer.data()) else {
+                let Ok(sent) = Eip3009::Transfer::decode_log_data(transfer.data()) else {
                     continue;
                 };
-                // The nonce use this transfer follows: the last one before it in its transaction.
-                let used = uses
-                    .iter()
-                    .filter(|u| {
-                        u.transaction_hash == Some(tx) && u.log_index.is_some_and(|i| i < index)
-                    })
-                    .max_by_key(|u| u.log_index)
-                    .and_then(|u| {
-                        Some((
-                            u.log_index?,
-                            Eip3009::AuthorizationUsed::decode_log_data(u.data()).ok()?,
-                        ))
-                    });
-                let intent = match &used {
-                    Some((_, used)) => sqlx::query!(
-                        r#"SELECT id, payer, payee, amount::text AS "amount!" FROM payment_intents
-                            WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
-                        used.nonce.as_slice(),
-                        chain.name,
-                        token.to_checksum(None),
-                    )
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .filter(|i| i.payer == used.authorizer.to_checksum(None)),
-                    None => None,
+                let Some((use_index, authorized)) =
+                    authorized_before(conn, chain, token, kind, &uses, tx, index).await?
+                else {
+                    report.unrelated_transfers += 1;
+                    continue;
                 };
-                match (intent, used) {
-                    (Some(intent), Some((use_index, _)))
-                        if intent.payer == moved.from.to_checksum(None)
-                            && intent.payee == moved.to.to_checksum(None) =>
-                    {
-                        // A transfer of another amount burns the nonce: it pays nothing.
-                        if moved.value.to_string() == intent.amount {
-                            paid.insert(
-                                (tx.to_string(), use_index as i64),
-                                (intent.id, intent.amount),
-                            );
-                        }
-                    }
-                    _ => report.unrelated_transfers += 1,
+                if authorized.from != sent.from.to_checksum(None)
+                    || authorized.to != sent.to.to_checksum(None)
+                {
+                    report.unrelated_transfers += 1;
+                    continue;
+                }
+                // A transfer of another amount burns the nonce: it moves nothing of ours.
+                if sent.value.to_string() == authorized.amount {
+                    moved.insert(
+                        (tx.to_string(), use_index as i64),
+                        (authorized.subject, authorized.amount),
+                    );
                 }
             }
             from = to_block + 1;
         }
     }
-    Ok(paid)
+    Ok(moved)
+}
+
+/// The nonce use a transfer follows (the last one before it in its transaction) and what our
+/// authorization of `kind` with that nonce allowed, if the nonce is ours and its signer used it.
+async fn authorized_before(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    token: Address,
+    kind: Kind,
+    uses: &[Log],
+    tx: B256,
+    index: u64,
+) -> Result<Option<(u64, Authorized)>, sqlx::Error> {
+    let used = uses
+        .iter()
+        .filter(|u| u.transaction_hash == Some(tx) && u.log_index.is_some_and(|i| i < index))
+        .max_by_key(|u| u.log_index)
+        .and_then(|u| {
+            Some((
+                u.log_index?,
+                Eip3009::AuthorizationUsed::decode_log_data(u.data()).ok()?,
+            ))
+        });
+    let Some((use_index, used)) = used else {
+        return Ok(None);
+    };
+    let (nonce, token) = (used.nonce.as_slice(), token.to_checksum(None));
+    let authorized =
+        match kind {
+            Kind::Payment => sqlx::query_as!(
+                Authorized,
+                r#"SELECT id AS subject, payer AS "from", payee AS "to", amount::text AS "amount!"
+                 FROM payment_intents WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+                nonce,
+                chain.name,
+                token,
+            )
+            .fetch_optional(conn)
+            .await?,
+            Kind::Refund => sqlx::query_as!(
+                Authorized,
+                r#"SELECT id AS subject, payee AS "from", payer AS "to", amount::text AS "amount!"
+                 FROM refunds WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+                nonce,
+                chain.name,
+                token,
+            )
+            .fetch_optional(conn)
+            .await?,
+        };
+    Ok(authorized
+        .filter(|a| a.from == used.authorizer.to_checksum(None))
+        .map(|a| (use_index, a)))
 }

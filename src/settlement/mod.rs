@@ -25,7 +25,7 @@ use tokio::sync::Notify;
 
 use crate::{
     chain::{
-        follower::Follower,
+        follower::{Follower, Watch},
         rpc::{self, Node},
     },
     config::{ChainEndpoint, SettlementSettings},
@@ -80,35 +80,33 @@ impl Chains {
     }
 }
 
-/// The kinds of submission this server sends.
-pub fn kinds() -> outbox::Kinds {
-    outbox::Kinds::new(vec![Arc::new(payments::IntentPayment)])
-}
-
-/// Starts a follower with the payment watch per served chain, a relayer per chain and key, and
-/// the worker that wakes relayers when work is queued and awaiting callers when it is done.
-pub fn spawn(
+/// Starts a follower with `watch` per served chain, a relayer per chain and key sending `kinds`,
+/// and the worker that wakes relayers when work is queued and awaiting callers when it is done.
+/// Every way to pay brings its kind and its watch (`docs/design.md`, "How to add a way to pay").
+pub fn spawn<W: Watch + Clone>(
     workers: &mut Workers,
     pool: &Pool,
     database_url: &str,
     chains: &Chains,
     relayer_keys: Vec<relayer::Key>,
+    kinds: outbox::Kinds,
+    watch: W,
 ) {
     let settings = chains.settings.clone();
     let schedule = Schedule::every(settings.poll_interval);
-    let kinds = kinds();
     let mut wakes: HashMap<u64, Vec<Arc<Notify>>> = HashMap::new();
     for (endpoint, node) in chains.nodes.values() {
         let confirmations = settings.confirmations;
         workers.spawn(format!("follower of {}", endpoint.name), schedule, {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
+            let watch = watch.clone();
             move || {
                 Follower::new(
                     pool.clone(),
                     endpoint.clone(),
                     node.clone(),
                     confirmations,
-                    watch::PaymentWatch,
+                    watch.clone(),
                 )
             }
         });

@@ -45,11 +45,17 @@ pub async fn confirm(
     raw_id: &str,
     signature: &str,
 ) -> Result<PaymentIntent, ApiError> {
-    let bytes = authorization::signature_bytes(signature)
-        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
     let intent = payable(tx, chains, merchant, raw_id).await?;
     let (authorization, token) = authorization_of(tx, chains, &intent).await?;
-    let proof = payer_proof(chains, &intent, &authorization, &token, signature, bytes).await?;
+    let proof = authorizer_proof(
+        chains,
+        &intent.chain,
+        &authorization,
+        &token,
+        signature,
+        "payer",
+    )
+    .await?;
     let actor = Actor::Merchant(merchant.as_str().to_owned());
     let confirmed = repo::apply_paid(
         tx,
@@ -61,22 +67,25 @@ pub async fn confirm(
     )
     .await
     .map_err(|e| transition_error(&intent.id, e))?;
-    queue_submission(tx, &intent.id, &authorization, &proof).await?;
+    queue_authorization(tx, KIND, &intent.id, &authorization, &proof).await?;
     Ok(confirmed)
 }
 
-/// Whether `signature` is the payer's over the authorization's digest: made by the payer's key
-/// (checked here, no chain needed), or else accepted by the payer's smart-contract wallet, asked
-/// on chain through ERC-1271 `isValidSignature`; a contract's signature also needs a token with
-/// the `bytes signature` form, which passes it to the same check.
-async fn payer_proof(
+/// Whether `signature` is the authorizer's (`who`: the payer of an intent, the merchant of a
+/// refund) over the authorization's digest: made by its key (checked here, no chain needed), or
+/// else accepted by its smart-contract wallet, asked on chain through ERC-1271
+/// `isValidSignature`; a contract's signature also needs a token with the `bytes signature`
+/// form, which passes it to the same check.
+pub async fn authorizer_proof(
     chains: &Chains,
-    intent: &PaymentIntent,
+    chain: &str,
     authorization: &Authorization,
     token: &TokenSupport,
     signature: &str,
-    bytes: alloy::primitives::Bytes,
+    who: &str,
 ) -> Result<PayerProof, ApiError> {
+    let bytes = authorization::signature_bytes(signature)
+        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
     let digest = authorization.digest();
     let by_key = PayerSignature::parse(signature).and_then(|signature| {
         let signer = signature.signer(&digest)?;
@@ -84,7 +93,7 @@ async fn payer_proof(
             Ok(signature)
         } else {
             Err(format!(
-                "signed by {signer}, not by the payer {}",
+                "signed by {signer}, not by the {who} {}",
                 authorization.from
             ))
         }
@@ -94,13 +103,13 @@ async fn payer_proof(
         Err(why) => why,
     };
     let (_, node) = chains
-        .get(&intent.chain)
-        .ok_or_else(|| ApiError::internal("payable() checked the chain"))?;
+        .get(chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
     let answer = authorization::ask_wallet(node, authorization.from, digest, &bytes)
         .await
         .map_err(|e| {
             ApiError::ChainUnavailable(format!(
-                "the signature is not the payer's key's, and whether the payer {} is a contract wallet that accepts it needs its chain, which did not answer ({e}); nothing was changed, retry later",
+                "the signature is not the {who}'s key's, and whether the {who} {} is a contract wallet that accepts it needs its chain, which did not answer ({e}); nothing was changed, retry later",
                 authorization.from
             ))
         })?;
@@ -109,7 +118,7 @@ async fn payer_proof(
             "signature: {why_not_key}"
         ))),
         WalletAnswer::Refuses => Err(ApiError::InvalidRequest(format!(
-            "signature: the payer {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
+            "signature: the {who} {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
             authorization.from
         ))),
         WalletAnswer::Accepts => match token {
@@ -118,11 +127,26 @@ async fn payer_proof(
                 ..
             } => Ok(PayerProof::Contract(bytes)),
             _ => Err(ApiError::TokenNotSupported(format!(
-                "token {} on {} has no transferWithAuthorization with a bytes signature, so a contract wallet (the payer {}) cannot pay with it",
-                authorization.token, intent.chain, authorization.from
+                "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
+                authorization.token, authorization.from
             ))),
         },
     }
+}
+
+/// Refuses a chain this server does not settle: `what` is the object that names it.
+pub fn served(chains: &Chains, chain: &str, what: &str) -> Result<(), ApiError> {
+    if chains.get(chain).is_some() {
+        return Ok(());
+    }
+    let why = if chains.is_on() {
+        "its CHAINS setting does not name it"
+    } else {
+        "settlement is off: CHAINS is not set"
+    };
+    Err(ApiError::ChainNotSettled(format!(
+        "{what}: this server does not settle {chain} ({why}), so it cannot be paid through it"
+    )))
 }
 
 /// The intent, if it can be paid by authorization now: it exists, is `created`, and its chain is
@@ -144,17 +168,11 @@ async fn payable(
             intent.id, intent.state
         )));
     }
-    if chains.get(&intent.chain).is_none() {
-        let why = if chains.is_on() {
-            "its CHAINS setting does not name it"
-        } else {
-            "settlement is off: CHAINS is not set"
-        };
-        return Err(ApiError::ChainNotSettled(format!(
-            "payment intent {}: this server does not settle {} ({why}), so the intent cannot be paid through it",
-            intent.id, intent.chain
-        )));
-    }
+    served(
+        chains,
+        &intent.chain,
+        &format!("payment intent {}", intent.id),
+    )?;
     Ok(intent)
 }
 
@@ -164,21 +182,52 @@ async fn authorization_of(
     chains: &Chains,
     intent: &PaymentIntent,
 ) -> Result<(Authorization, TokenSupport), ApiError> {
+    let terms = Terms {
+        chain: &intent.chain,
+        token: &intent.token,
+        from: &intent.payer,
+        to: &intent.merchant,
+        value: &intent.amount,
+        valid_before: valid_before(intent.expires_at),
+        nonce: domain::chain_nonce(&intent.id),
+    };
+    authorization_for(conn, chains, &terms).await
+}
+
+/// What an EIP-3009 authorization of ours moves, as stored: on which chain, in which token, from
+/// whom (who signs) to whom, how much, until when, under which nonce.
+pub struct Terms<'a> {
+    pub chain: &'a str,
+    pub token: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub value: &'a str,
+    pub valid_before: u64,
+    pub nonce: [u8; 32],
+}
+
+/// The authorization of `terms` under its token's EIP-712 domain (read from the chain the first
+/// time, `tokens::resolve`), and what the token is; 422 if the token cannot be paid so.
+pub async fn authorization_for(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    terms: &Terms<'_>,
+) -> Result<(Authorization, TokenSupport), ApiError> {
     let (endpoint, node) = chains
-        .get(&intent.chain)
-        .ok_or_else(|| ApiError::internal("payable() checked the chain"))?;
+        .get(terms.chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
     let address = |raw: &str| {
         raw.parse::<Address>()
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored address {raw}: {e}")))
     };
-    let token = address(&intent.token)?;
+    let token = address(terms.token)?;
     let support = match tokens::resolve(conn, endpoint, node, token).await {
         Ok(support) => support,
         Err(ResolveError::Database(e)) => return Err(e.into()),
         Err(ResolveError::Chain(e)) => {
             return Err(ApiError::ChainUnavailable(format!(
                 "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
-                intent.chain
+                terms.chain
             )));
         }
     };
@@ -187,12 +236,12 @@ async fn authorization_of(
         TokenSupport::NotSupported(why) => {
             return Err(ApiError::TokenNotSupported(format!(
                 "token {token} on {} cannot be paid by EIP-3009 authorization: {why}",
-                intent.chain
+                terms.chain
             )));
         }
     };
-    let value = intent
-        .amount
+    let value = terms
+        .value
         .parse::<U256>()
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored amount: {e}")))?;
     let authorization = Authorization {
@@ -200,32 +249,35 @@ async fn authorization_of(
         token,
         token_name: name,
         token_version: version,
-        from: address(&intent.payer)?,
-        to: address(&intent.merchant)?,
+        from: address(terms.from)?,
+        to: address(terms.to)?,
         value,
-        valid_before: valid_before(intent),
-        nonce: B256::from(domain::chain_nonce(&intent.id)),
+        valid_before: terms.valid_before,
+        nonce: B256::from(terms.nonce),
     };
     Ok((authorization, support))
 }
 
-/// The authorization is valid before the intent's expiry, in whole seconds rounded down.
-fn valid_before(intent: &PaymentIntent) -> u64 {
-    intent.expires_at.unix_timestamp().max(0) as u64
+/// An authorization is valid before its object's expiry, in whole seconds rounded down.
+pub fn valid_before(expires_at: time::OffsetDateTime) -> u64 {
+    expires_at.unix_timestamp().max(0) as u64
 }
 
 /// The outbox kind of an intent's payment: its subject is the intent's id.
 pub const KIND: &str = "intent_payment";
 
-async fn queue_submission(
+/// Queues the submission of a signed `authorization` of `kind` about `subject`, in the caller's
+/// transaction.
+pub async fn queue_authorization(
     conn: &mut PgConnection,
-    intent: &str,
+    kind: &'static str,
+    subject: &str,
     authorization: &Authorization,
     proof: &PayerProof,
 ) -> Result<(), sqlx::Error> {
     let submission = NewSubmission {
-        kind: KIND,
-        subject: intent,
+        kind,
+        subject,
         chain_id: authorization.chain_id,
         // What the token accepts once: this authorizer's nonce on this token.
         dedupe_key: format!(

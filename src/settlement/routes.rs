@@ -35,6 +35,15 @@ pub struct AuthorizationDocument {
     pub digest: String,
 }
 
+impl AuthorizationDocument {
+    pub fn of(authorization: &crate::chain::authorization::Authorization) -> Self {
+        Self {
+            typed_data: authorization.typed_data(),
+            digest: authorization.digest().to_string(),
+        }
+    }
+}
+
 /// The EIP-3009 authorization that pays a `created` intent.
 #[utoipa::path(
     get,
@@ -58,10 +67,7 @@ pub async fn authorization(
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
     let mut conn = pool.acquire().await?;
     let authorization = payments::authorization(&mut conn, &chains, &merchant, &id).await?;
-    Ok(Json(AuthorizationDocument {
-        typed_data: authorization.typed_data(),
-        digest: authorization.digest().to_string(),
-    }))
+    Ok(Json(AuthorizationDocument::of(&authorization)))
 }
 
 /// The confirm request: the payer's signature of the authorization's digest.

@@ -41,35 +41,95 @@ struct NonceUse {
     pays_intent: bool,
 }
 
+/// A token's `Transfer`, as an observation keeps it.
 #[derive(Debug, Serialize, Deserialize)]
-struct Transfer {
-    from: String,
-    to: String,
-    value: String,
+pub struct Transfer {
+    pub from: String,
+    pub to: String,
+    pub value: String,
 }
 
+impl Transfer {
+    /// Whether it moved exactly `value` from `from` to `to`.
+    pub fn moves(&self, from: &str, to: &str, value: &str) -> bool {
+        self.from == from && self.to == to && self.value == value
+    }
+}
+
+/// What the same transaction's next `Transfer` of the token after the nonce use `log` moved:
+/// the transfer that `transferWithAuthorization` makes right after it announces the use.
+pub async fn transfer_after(node: &Node, log: &Log) -> Result<Option<Transfer>, FollowError> {
+    let (Some(tx_hash), Some(log_index)) = (log.transaction_hash, log.log_index) else {
+        return Ok(None);
+    };
+    let receipt = node
+        .get_transaction_receipt(tx_hash)
+        .await?
+        .ok_or_else(|| ChainError::Refused(format!("no receipt for {tx_hash}")))?;
+    Ok(receipt
+        .inner
+        .logs()
+        .iter()
+        .filter(|l| l.address() == log.address() && l.log_index.is_some_and(|i| i > log_index))
+        .find_map(|l| Eip3009::Transfer::decode_log_data(l.data()).ok())
+        .map(|t| Transfer {
+            from: t.from.to_checksum(None),
+            to: t.to.to_checksum(None),
+            value: t.value.to_string(),
+        }))
+}
+
+/// The authorizer, nonce and kind (`used` or `canceled`) of an EIP-3009 nonce log, if it is one.
+pub fn nonce_log<'k>(
+    log: &Log,
+    used: &'k str,
+    canceled: &'k str,
+) -> Option<(&'k str, alloy::primitives::Address, alloy::primitives::B256)> {
+    if let Ok(e) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) {
+        Some((used, e.authorizer, e.nonce))
+    } else if let Ok(e) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {
+        Some((canceled, e.authorizer, e.nonce))
+    } else {
+        None
+    }
+}
+
+/// What the follower looks for on behalf of every EIP-3009 authorization of ours: nonce uses
+/// and cancellations of the tokens read on the chain.
+pub async fn nonce_interest(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+) -> Result<Interest, sqlx::Error> {
+    // Every token an authorization was built for was read and stored first.
+    let tokens = sqlx::query_scalar!(
+        "SELECT address FROM chain_tokens WHERE chain_id = $1 AND supports_eip3009",
+        chain.id as i64,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(Interest {
+        addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
+        events: vec![
+            Eip3009::AuthorizationUsed::SIGNATURE_HASH,
+            Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
+        ],
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
 pub struct PaymentWatch;
 
 impl Watch for PaymentWatch {
+    fn applies(&self, kind: &str) -> bool {
+        [USED, CANCELED].contains(&kind)
+    }
+
     async fn interest(
         &self,
         conn: &mut PgConnection,
         chain: &ChainEndpoint,
     ) -> Result<Interest, sqlx::Error> {
-        // Every token an authorization was built for was read and stored first.
-        let tokens = sqlx::query_scalar!(
-            "SELECT address FROM chain_tokens WHERE chain_id = $1 AND supports_eip3009",
-            chain.id as i64,
-        )
-        .fetch_all(conn)
-        .await?;
-        Ok(Interest {
-            addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
-            events: vec![
-                Eip3009::AuthorizationUsed::SIGNATURE_HASH,
-                Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
-            ],
-        })
+        nonce_interest(conn, chain).await
     }
 
     async fn observe(
@@ -79,13 +139,7 @@ impl Watch for PaymentWatch {
         node: &Node,
         log: &Log,
     ) -> Result<Option<Observed>, FollowError> {
-        let (kind, authorizer, nonce) = if let Ok(used) =
-            Eip3009::AuthorizationUsed::decode_log_data(log.data())
-        {
-            (USED, used.authorizer, used.nonce)
-        } else if let Ok(canceled) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {
-            (CANCELED, canceled.authorizer, canceled.nonce)
-        } else {
+        let Some((kind, authorizer, nonce)) = nonce_log(log, USED, CANCELED) else {
             return Ok(None);
         };
         let token = log.address().to_checksum(None);
@@ -105,31 +159,13 @@ impl Watch for PaymentWatch {
         if authorizer.to_checksum(None) != intent.payer {
             return Ok(None);
         }
-        let transfer = match (kind, log.transaction_hash, log.log_index) {
-            (USED, Some(tx_hash), Some(log_index)) => {
-                let receipt = node
-                    .get_transaction_receipt(tx_hash)
-                    .await?
-                    .ok_or_else(|| ChainError::Refused(format!("no receipt for {tx_hash}")))?;
-                receipt
-                    .inner
-                    .logs()
-                    .iter()
-                    .filter(|l| {
-                        l.address() == log.address() && l.log_index.is_some_and(|i| i > log_index)
-                    })
-                    .find_map(|l| Eip3009::Transfer::decode_log_data(l.data()).ok())
-                    .map(|t| Transfer {
-                        from: t.from.to_checksum(None),
-                        to: t.to.to_checksum(None),
-                        value: t.value.to_string(),
-                    })
-            }
+        let transfer = match kind {
+            USED => transfer_after(node, log).await?,
             _ => None,
         };
-        let pays_intent = transfer.as_ref().is_some_and(|t| {
-            t.from == intent.payer && t.to == intent.payee && t.value == intent.amount
-        });
+        let pays_intent = transfer
+            .as_ref()
+            .is_some_and(|t| t.moves(&intent.payer, &intent.payee, &intent.amount));
         let payload = NonceUse {
             merchant_id: intent.merchant_id,
             intent_id: intent.id.clone(),

@@ -46,6 +46,7 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "failure_reason",
         "pending_reason",
         "settlement",
+        "amount_refunded",
         "metadata",
     ];
     assert_eq!(intent.as_object().unwrap().len(), order.len());

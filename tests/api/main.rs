@@ -12,6 +12,7 @@ mod lifecycle;
 mod network;
 mod operations;
 mod pool;
+mod refunds;
 mod security;
 mod settlement;
 mod settlement_faults;

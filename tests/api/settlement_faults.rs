@@ -76,7 +76,7 @@ fn relayer_worker(
         chain.clone(),
         rpc::connect(&chain.rpc_url),
         settlement::relayer::Key::parse(key).unwrap(),
-        settlement::kinds(),
+        payments_api::startup::submission_kinds(),
         settlement,
     )
 }

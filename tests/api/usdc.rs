@@ -276,3 +276,120 @@ async fn a_payment_held_by_a_paused_usdc_fails_with_that_reason_at_expiry() {
     assert_eq!(intent["failure_reason"], "token_paused");
     assert_eq!(intent["pending_reason"], serde_json::Value::Null);
 }
+
+/// USDC's blacklist holds a payment the same way, and the relayer's backoff lets it through once
+/// the payer is taken off the list: `account_blacklisted`, then `succeeded`.
+#[tokio::test]
+async fn a_blacklisted_payer_is_held_then_pays_once_unblacklisted() {
+    use payments_api::chain::fiat_token;
+
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    let as_blacklister = |call: &str| {
+        anvil.cast(&[
+            "send",
+            "--private-key",
+            fiat_token::DEPLOYER_KEY,
+            USDC,
+            call,
+            PAYER,
+        ]);
+    };
+    as_blacklister("blacklist(address)");
+    let id = app.create_intent_id(&usdc_body()).await;
+    let typed = app.typed_data(&id).await;
+    let answer = app.confirm(&id, &anvil.sign(PAYER_KEY, &typed)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_until(
+        "the intent says the payer is blacklisted",
+        &format!(
+            "(SELECT pending_reason = 'account_blacklisted' FROM payment_intents WHERE id = '{id}')"
+        ),
+    )
+    .await;
+    as_blacklister("unBlacklist(address)");
+    app.wait_for_state(&id, "succeeded").await;
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["pending_reason"], serde_json::Value::Null);
+}
+
+/// FiatToken words a short balance its own way ("transfer amount exceeds balance"): the intent
+/// says `insufficient_balance` until the payer holds enough, then pays.
+#[tokio::test]
+async fn a_usdc_payer_short_of_funds_is_held_until_funded() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    let held = anvil.balance_of(USDC, PAYER);
+    let more = (held + 1).to_string();
+    let body = usdc_body().replace(r#""amount":"100000000""#, &format!(r#""amount":"{more}""#));
+    let id = app.create_intent_id(&body).await;
+    let typed = app.typed_data(&id).await;
+    let answer = app.confirm(&id, &anvil.sign(PAYER_KEY, &typed)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_until(
+        "the intent says the payer is short of funds",
+        &format!(
+            "(SELECT pending_reason = 'insufficient_balance' FROM payment_intents WHERE id = '{id}')"
+        ),
+    )
+    .await;
+    // Another holder sends the payer the one unit it lacks.
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        crate::helpers::chain::PAYEE_KEY,
+        USDC,
+        "transfer(address,uint256)",
+        PAYER,
+        "1",
+    ]);
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(USDC, PAYER), 0);
+}
+
+/// A USDC payment refunded in part: the merchant's address signs the transfer back (USDC's domain,
+/// the refund's nonce), the relayer sends it, the payer holds the refund.
+#[tokio::test]
+async fn a_usdc_payment_is_refunded_in_part() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, true).await;
+    let id = app.create_intent_id(&usdc_body()).await;
+    let typed = app.typed_data(&id).await;
+    anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
+    app.wait_for_state(&id, "succeeded").await;
+    let before = anvil.balance_of(USDC, PAYER);
+    let created = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/refunds"),
+            Some("usdc-refund"),
+            r#"{"amount":"25000000"}"#,
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let refund = created.json()["id"].as_str().unwrap().to_owned();
+    let document = app
+        .get_as(DEMO_TOKEN, &format!("/v1/refunds/{refund}/authorization"))
+        .await
+        .json();
+    assert_eq!(document["typed_data"]["domain"]["name"], "USD Coin");
+    let signature = anvil.sign(crate::helpers::chain::PAYEE_KEY, &document["typed_data"]);
+    let body = serde_json::json!({ "signature": signature }).to_string();
+    let confirmed = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/refunds/{refund}/confirm"),
+            Some("usdc-refund-confirm"),
+            &body,
+        )
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    app.wait_until(
+        "the refund succeeded",
+        &format!("(SELECT state FROM refunds WHERE id = '{refund}') = 'succeeded'"),
+    )
+    .await;
+    assert_eq!(anvil.balance_of(USDC, PAYER) - before, 25_000_000);
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(intent["amount_refunded"], "25000000");
+}

@@ -22,6 +22,8 @@ pub const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
 pub const PAYER: &str = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 pub const PAYEE: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 pub const PAYER_KEY: &str = ANVIL_KEYS[1];
+/// The key of `PAYEE`, the merchant's address: it signs refunds.
+pub const PAYEE_KEY: &str = ANVIL_KEYS[2];
 /// Anvil's fourth account pays the relayer's gas.
 pub const RELAYER_KEY: &str = ANVIL_KEYS[3];
 /// Anvil's fifth account: a second relayer key.
@@ -161,12 +163,18 @@ impl Anvil {
     /// The payer submits the authorization in `typed_data` with `signature` themselves, to the
     /// token the document names.
     pub fn submit_as_payer(&self, typed_data: &Value, signature: &str) -> String {
+        self.submit_as(PAYER_KEY, typed_data, signature)
+    }
+
+    /// The account of `key` submits the authorization in `typed_data` with `signature` (anyone
+    /// may send it; the signature says whose money moves).
+    pub fn submit_as(&self, key: &str, typed_data: &Value, signature: &str) -> String {
         let m = &typed_data["message"];
         let text = |v: &Value| v.as_str().unwrap().to_owned();
         self.cast(&[
             "send",
             "--private-key",
-            PAYER_KEY,
+            key,
             &text(&typed_data["domain"]["verifyingContract"]),
             "transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,bytes)",
             &text(&m["from"]),
@@ -210,6 +218,11 @@ impl Anvil {
     /// The payer cancels the authorization in `typed_data` on chain (EIP-3009
     /// `cancelAuthorization`), signed by cast.
     pub fn cancel_as_payer(&self, typed_data: &Value) -> String {
+        self.cancel_as(PAYER_KEY, typed_data)
+    }
+
+    /// The authorizer of `typed_data`, whose key is `key`, cancels it on chain.
+    pub fn cancel_as(&self, key: &str, typed_data: &Value) -> String {
         let mut types = typed_data["types"].clone();
         types["CancelAuthorization"] = json!([
             {"name": "authorizer", "type": "address"},
@@ -222,15 +235,15 @@ impl Anvil {
             "domain": typed_data["domain"],
             "message": {"authorizer": m["from"], "nonce": m["nonce"]},
         });
-        let signature = self.sign(PAYER_KEY, &cancel);
+        let signature = self.sign(key, &cancel);
         let hex = signature.trim_start_matches("0x");
         let (r, s, v) = (&hex[..64], &hex[64..128], &hex[128..130]);
         let v = u8::from_str_radix(v, 16).unwrap().to_string();
         self.cast(&[
             "send",
             "--private-key",
-            PAYER_KEY,
-            TOKEN,
+            key,
+            typed_data["domain"]["verifyingContract"].as_str().unwrap(),
             "cancelAuthorization(address,bytes32,uint8,bytes32,bytes32)",
             m["from"].as_str().unwrap(),
             m["nonce"].as_str().unwrap(),

@@ -1,0 +1,186 @@
+//! The rules of a refund (`docs/refunds.md`): which intents can be refunded and how much, the
+//! authorization the merchant signs (from the address the intent paid, to its payer), and the
+//! confirm that checks the signature and queues the transfer in the caller's transaction, through
+//! the same pieces as an intent's payment (`settlement::payments`).
+
+use sqlx::PgConnection;
+
+use super::{
+    domain::RefundId,
+    repo::{self, CreateError, NewRefund, Refund, TransitionError},
+    state::{Action, RefundState},
+};
+use crate::{
+    auth::MerchantId,
+    chain::authorization::Authorization,
+    error::ApiError,
+    intents::{domain::IntentId, repo as intents},
+    settlement::{
+        Chains,
+        outbox::{BoxFuture, Hold, SubmissionKind, Wanted},
+        payments::{self, Terms},
+    },
+};
+
+/// Creates a refund of the merchant's paid intent `raw_intent`, in `tx`.
+pub async fn create(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_intent: &str,
+    new: &NewRefund<'_>,
+) -> Result<Refund, ApiError> {
+    let not_found = || ApiError::NotFound("no payment intent with that id".to_owned());
+    let id = IntentId::parse(raw_intent).ok_or_else(not_found)?;
+    let intent = intents::find(tx, merchant, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    // The refund is paid on the intent's chain, so this server must settle it.
+    payments::served(
+        chains,
+        &intent.chain,
+        &format!("payment intent {}", intent.id),
+    )?;
+    repo::create(tx, merchant, &id, new)
+        .await
+        .map_err(|e| match e {
+            CreateError::NoIntent => not_found(),
+            e @ CreateError::NotPaid(_) => {
+                ApiError::InvalidStateTransition(format!("payment intent {}: {e}", intent.id))
+            }
+            e @ CreateError::Exceeds { .. } => {
+                ApiError::RefundExceedsPayment(format!("payment intent {}: {e}", intent.id))
+            }
+            CreateError::Database(e) => e.into(),
+        })
+}
+
+/// The authorization the merchant signs to pay refund `raw_id`, if it can be signed now.
+pub async fn authorization(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+) -> Result<Authorization, ApiError> {
+    let refund = signable(conn, chains, merchant, raw_id).await?;
+    Ok(authorization_of(conn, chains, &refund).await?.0)
+}
+
+/// Confirms refund `raw_id` with the merchant's `signature` of its authorization: `created` →
+/// `processing` and the transfer queued, both in `tx`, or nothing.
+pub async fn confirm(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+    signature: &str,
+) -> Result<Refund, ApiError> {
+    let refund = signable(tx, chains, merchant, raw_id).await?;
+    let (authorization, token) = authorization_of(tx, chains, &refund).await?;
+    let proof = payments::authorizer_proof(
+        chains,
+        &refund.chain,
+        &authorization,
+        &token,
+        signature,
+        "merchant",
+    )
+    .await?;
+    let confirmed = repo::apply(tx, merchant.as_str(), &refund.id, Action::Confirm, None)
+        .await
+        .map_err(|e| transition_error(&refund.id, e))?;
+    payments::queue_authorization(tx, KIND, &refund.id, &authorization, &proof).await?;
+    Ok(confirmed)
+}
+
+/// The refund, if its authorization can be signed now: it exists and is `created`.
+async fn signable(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    raw_id: &str,
+) -> Result<Refund, ApiError> {
+    let not_found = || ApiError::NotFound("no refund with that id".to_owned());
+    let id = RefundId::parse(raw_id).ok_or_else(not_found)?;
+    let refund = repo::find(conn, merchant, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    if refund.state != RefundState::Created {
+        return Err(ApiError::InvalidStateTransition(format!(
+            "refund {}: a {} refund cannot be signed again",
+            refund.id, refund.state
+        )));
+    }
+    payments::served(chains, &refund.chain, &format!("refund {}", refund.id))?;
+    Ok(refund)
+}
+
+/// The refund's authorization: the merchant's address pays its amount back to the payer.
+async fn authorization_of(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    refund: &Refund,
+) -> Result<(Authorization, crate::chain::token::TokenSupport), ApiError> {
+    let terms = Terms {
+        chain: &refund.chain,
+        token: &refund.token,
+        from: &refund.merchant,
+        to: &refund.payer,
+        value: &refund.amount,
+        valid_before: payments::valid_before(refund.expires_at),
+        nonce: super::domain::chain_nonce(&refund.id),
+    };
+    payments::authorization_for(conn, chains, &terms).await
+}
+
+fn transition_error(id: &str, error: TransitionError) -> ApiError {
+    match error {
+        TransitionError::NotFound => ApiError::NotFound(format!("no refund {id}")),
+        e @ TransitionError::Forbidden { .. } => {
+            ApiError::InvalidStateTransition(format!("refund {id}: {e}"))
+        }
+        TransitionError::Database(e) => e.into(),
+    }
+}
+
+/// The outbox kind of a refund's transfer: its subject is the refund's id.
+pub const KIND: &str = "refund_payment";
+
+/// A refund's transfer is wanted while the refund is `processing`.
+pub struct RefundPayment;
+
+impl SubmissionKind for RefundPayment {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn still_wanted<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
+        Box::pin(async move {
+            let state = sqlx::query_scalar!(
+                r#"SELECT state AS "state: RefundState" FROM refunds WHERE id = $1"#,
+                subject
+            )
+            .fetch_optional(conn)
+            .await?;
+            Ok(match state {
+                Some(RefundState::Processing) => Wanted::Yes,
+                Some(other) => Wanted::No(format!("refund_{other}")),
+                None => Wanted::No("refund_missing".to_owned()),
+            })
+        })
+    }
+
+    /// The refund says why it waits (`pending_reason`).
+    fn held<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        subject: &'a str,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
+        Box::pin(repo::hold(conn, subject, hold.code()))
+    }
+}

@@ -1,0 +1,180 @@
+//! The refund watch: what the follower looks for on behalf of refunds (`docs/refunds.md`). The
+//! same logs as the payment watch (`settlement::watch`): a use of a refund's nonce by the
+//! merchant's address settles the refund if the same transaction's transfer paid the payer back,
+//! and fails it otherwise; a cancellation fails it; a confirmed block's time expires it.
+
+use alloy::rpc::types::Log;
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use super::{
+    repo::{self, TransitionError},
+    state::Action,
+};
+use crate::{
+    chain::{
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::Node,
+    },
+    config::ChainEndpoint,
+    intents::repo::Settlement,
+    ledger,
+    settlement::watch::{Transfer, nonce_interest, nonce_log, transfer_after},
+    telemetry::metrics as names,
+};
+
+/// A refund's nonce used by the merchant's address.
+pub const USED: &str = "refund_authorization_used";
+/// A refund's nonce canceled by the merchant's address: it can never pay.
+pub const CANCELED: &str = "refund_authorization_canceled";
+
+/// Refunds failed per confirmed block at most; the rest wait for the next one.
+const EXPIRY_BATCH: i64 = 500;
+
+/// What an observation of a refund's nonce holds; its subject is the refund's id.
+#[derive(Debug, Serialize, Deserialize)]
+struct NonceUse {
+    merchant_id: String,
+    refund_id: String,
+    intent_id: String,
+    token: String,
+    payer: String,
+    transfer: Option<Transfer>,
+    /// Whether that transfer is the refund: from the merchant's address to the payer, its amount.
+    pays_refund: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RefundWatch;
+
+impl Watch for RefundWatch {
+    fn applies(&self, kind: &str) -> bool {
+        [USED, CANCELED].contains(&kind)
+    }
+
+    async fn interest(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+    ) -> Result<Interest, sqlx::Error> {
+        nonce_interest(conn, chain).await
+    }
+
+    async fn observe(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        log: &Log,
+    ) -> Result<Option<Observed>, FollowError> {
+        let Some((kind, authorizer, nonce)) = nonce_log(log, USED, CANCELED) else {
+            return Ok(None);
+        };
+        let token = log.address().to_checksum(None);
+        let refund = sqlx::query!(
+            r#"SELECT merchant_id, id, intent_id, payee, payer, amount::text AS "amount!" FROM refunds
+                WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+            nonce.as_slice(),
+            chain.name,
+            token,
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        // A nonce belongs to its authorizer: the same bytes used by another address are not ours.
+        let Some(refund) = refund.filter(|r| r.payee == authorizer.to_checksum(None)) else {
+            return Ok(None);
+        };
+        let transfer = match kind {
+            USED => transfer_after(node, log).await?,
+            _ => None,
+        };
+        let pays_refund = transfer
+            .as_ref()
+            .is_some_and(|t| t.moves(&refund.payee, &refund.payer, &refund.amount));
+        let payload = NonceUse {
+            merchant_id: refund.merchant_id,
+            refund_id: refund.id.clone(),
+            intent_id: refund.intent_id,
+            token,
+            payer: refund.payer,
+            transfer,
+            pays_refund,
+        };
+        Ok(Some(Observed {
+            kind,
+            subject: refund.id,
+            payload: serde_json::to_value(payload).map_err(|e| sqlx::Error::Decode(e.into()))?,
+        }))
+    }
+
+    /// `succeeded` if the transfer paid the payer back, `failed` otherwise; a refund that moved
+    /// money is booked whatever the refund could still do.
+    async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        o: &Observation,
+    ) -> Result<&'static str, sqlx::Error> {
+        let used: NonceUse =
+            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let (action, outcome) = match (o.kind.as_str(), used.pays_refund) {
+            (CANCELED, _) => (Action::CancelAuthorization, "refund_canceled"),
+            (_, true) => (Action::Settle, "refund_succeeded"),
+            (_, false) => (Action::BurnNonce, "refund_nonce_used_otherwise"),
+        };
+        let settlement = Settlement {
+            transaction_hash: o.transaction_hash.clone(),
+            block_number: o.block_number as u64,
+            block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
+                .map_err(|e| sqlx::Error::Decode(e.into()))?,
+        };
+        let paid = used.pays_refund.then_some(&settlement);
+        let outcome = match repo::apply(tx, &used.merchant_id, &used.refund_id, action, paid).await
+        {
+            Ok(refund) => {
+                tracing::info!(chain = %chain.name, refund = %refund.id, state = %refund.state, tx = %o.transaction_hash, "refund settled on chain");
+                outcome
+            }
+            Err(TransitionError::Forbidden { from, .. }) => {
+                tracing::warn!(chain = %chain.name, refund = %used.refund_id, %from, tx = %o.transaction_hash, "confirmed nonce use for a refund that cannot move");
+                "ignored"
+            }
+            Err(TransitionError::NotFound) => "ignored",
+            Err(TransitionError::Database(e)) => return Err(e),
+        };
+        if let (true, Some(transfer)) = (used.pays_refund, &used.transfer) {
+            let event = ledger::ChainEvent {
+                chain: &chain.name,
+                transaction_hash: &o.transaction_hash,
+                log_index: o.log_index,
+            };
+            let refund = ledger::Entry::refund(
+                &used.merchant_id,
+                &used.intent_id,
+                &used.refund_id,
+                &used.payer,
+                event,
+                &used.token,
+                &transfer.value,
+            );
+            ledger::post(tx, &refund).await?;
+        }
+        Ok(outcome)
+    }
+
+    /// Fails refunds whose authorization the newest confirmed block's time has passed.
+    async fn confirmed(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        block: ConfirmedBlock,
+    ) -> Result<(), sqlx::Error> {
+        let expired = repo::expire_due(conn, &chain.name, block.timestamp, EXPIRY_BATCH).await?;
+        if expired > 0 {
+            metrics::counter!(names::SETTLEMENTS, "chain" => chain.name.clone(), "outcome" => "refund_expired").increment(expired);
+            tracing::info!(chain = %chain.name, expired, block.timestamp, "refunds expired by chain time");
+        }
+        Ok(())
+    }
+}
