@@ -8,7 +8,7 @@ BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 SQLX_OFFLINE ?= true
 export DATABASE_URL BOOTSTRAP_API_KEYS SQLX_OFFLINE
 
-.PHONY: help api-run test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
+.PHONY: help api-run test browser-test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -16,8 +16,12 @@ help: ## list the targets
 api-run: ## serve on :8080 against the local PostgreSQL (creates and migrates the database)
 	cargo run --bin payments-api -- serve --migrate
 
-test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE_URL), anvil per test
+test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE_URL), anvil per test; then the browser tests
 	cargo test --all-targets
+	bash scripts/browser-test.sh
+
+browser-test: chain-tools ## the checkout page in Debian's Chromium against the release binary, anvil and PostgreSQL (TEST_DATABASE_URL)
+	bash scripts/browser-test.sh
 
 CHAIN_TOOLS := contracts/node_modules/.bin/anvil
 chain-tools: $(CHAIN_TOOLS) ## anvil, cast, solc and OpenZeppelin, pinned, from npm into contracts/

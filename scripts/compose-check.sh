@@ -128,6 +128,18 @@ refund() {
   echo "compose-check: $token refund of 25000000 succeeded on chain"
 }
 
+# The checkout page of a new intent: its link, the page and, with its client secret, its view.
+checkout=$(auth localhost:8080/v1/payment_intents -d "$body" | json 'v["checkout_url"]')
+[[ $checkout == http://localhost:8080/checkout/pi_*#pi_*_secret_* ]] || fail "no checkout_url ($checkout)"
+page=$(curl -fsS -D - "${checkout%%#*}")
+grep -qi "^content-security-policy: .*frame-ancestors 'none'" <<<"$page" || fail "the checkout page has no strict CSP"
+grep -q '<script src="/checkout/assets/checkout.js"' <<<"$page" || fail "the checkout page is not the page"
+checkout_id=${checkout##*/checkout/}
+checkout_id=${checkout_id%%#*}
+[[ $(curl -fsS "localhost:8080/v1/checkout/$checkout_id" -H "Authorization: Bearer ${checkout#*#}" | json 'v["state"]') == created ]] \
+  || fail "the client secret does not open its checkout"
+echo "compose-check: the checkout page is served, opened by its client secret"
+
 # USDC as Circle deploys it (FiatTokenV2_2 behind its proxy), the same steps, and a refund.
 pay "$usdc"
 refund "$usdc"

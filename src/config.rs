@@ -133,6 +133,10 @@ pub struct ServeArgs {
     #[arg(long, env = "BOOTSTRAP_API_KEYS", hide_env_values = true)]
     pub bootstrap_api_keys: Option<String>,
 
+    /// Where payers reach this server: intents' `checkout_url` is `<this>/checkout/<id>#<secret>`.
+    #[arg(long, env = "PUBLIC_BASE_URL", default_value = "http://localhost:8080")]
+    pub public_base_url: String,
+
     /// How long a webhook endpoint has to answer before the attempt counts as failed.
     #[arg(long, env = "WEBHOOK_TIMEOUT_SECONDS", default_value_t = 10)]
     pub webhook_timeout_seconds: u64,
@@ -199,6 +203,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     pub sweep_interval: Duration,
     pub bootstrap_api_keys: Vec<(String, String)>,
+    /// `http(s)://host[:port][/path]`, without a trailing slash.
+    pub public_base_url: String,
     pub webhooks: WebhookSettings,
     pub settlement: SettlementSettings,
 }
@@ -362,6 +368,7 @@ impl ServeArgs {
             bootstrap_api_keys: parse_bootstrap_api_keys(
                 self.bootstrap_api_keys.as_deref().unwrap_or(""),
             )?,
+            public_base_url: parse_public_base_url(&self.public_base_url)?,
             webhooks: WebhookSettings {
                 timeout: Duration::from_secs(self.webhook_timeout_seconds.max(1)),
                 retry_base: Duration::from_secs(self.webhook_retry_base_seconds.max(1)),
@@ -380,6 +387,21 @@ impl ServeArgs {
             },
         })
     }
+}
+
+/// `PUBLIC_BASE_URL`: an absolute http(s) URL without query or fragment, kept without its
+/// trailing slash so paths are appended to it.
+pub fn parse_public_base_url(raw: &str) -> anyhow::Result<String> {
+    let url = url::Url::parse(raw).with_context(|| format!("PUBLIC_BASE_URL {raw:?}"))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        bail!(
+            "PUBLIC_BASE_URL must be http(s)://host[:port][/path], without query or fragment; got {raw:?}"
+        );
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 /// Parses `token=merchant_id[,token=merchant_id...]`; blanks around entries are ignored.

@@ -42,6 +42,9 @@ pub enum ApiError {
     /// A refund would take back more than its intent was paid, counting the refunds before it.
     #[error("{0}")]
     RefundExceedsPayment(String),
+    /// Too many requests of one kind for one object (a checkout page's confirms); nothing changed.
+    #[error("too many attempts; retry after {retry_after_seconds} s")]
+    RateLimited { retry_after_seconds: u64 },
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error(
@@ -140,7 +143,10 @@ impl ApiError {
     /// Whether the handler failed on something outside it (the database, a chain) before changing
     /// anything: its transaction is rolled back and nothing is stored for replay.
     pub fn changed_nothing(&self) -> bool {
-        matches!(self, Self::Database(_) | Self::ChainUnavailable(_))
+        matches!(
+            self,
+            Self::Database(_) | Self::ChainUnavailable(_) | Self::RateLimited { .. }
+        )
     }
 
     /// Whether the database failed in a way no retry fixes (a 500), as opposed to being
@@ -163,6 +169,7 @@ impl ApiError {
             Self::InvalidStateTransition(_) => "invalid_state_transition",
             Self::RefundExceedsPayment(_) => "refund_exceeds_payment",
             Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::RateLimited { .. } => "rate_limited",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             Self::TokenNotSupported(_) => "token_not_supported",
             Self::ChainNotSettled(_) => "chain_not_settled",
@@ -190,6 +197,7 @@ impl ApiError {
             | Self::InvalidStateTransition(_)
             | Self::RefundExceedsPayment(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::IdempotencyKeyReused { .. }
             | Self::TokenNotSupported(_)
             | Self::ChainNotSettled(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -242,6 +250,9 @@ impl IntoResponse for ApiError {
             Self::IdempotencyKeyInFlight {
                 retry_after_seconds,
                 ..
+            }
+            | Self::RateLimited {
+                retry_after_seconds,
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             }

@@ -12,6 +12,9 @@
 //!   the payment watch
 //! - [`refunds`]: money paid back to an intent's payer, signed by the merchant, through the same
 //!   outbox, relayer and follower
+//! - [`checkout`]: the page a payer opens from an intent's `checkout_url`, and its API, opened
+//!   by the intent's client secret
+//! - [`merchants`]: the merchant's own settings (the name payers see)
 //! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
@@ -25,6 +28,7 @@
 
 pub mod auth;
 pub mod chain;
+pub mod checkout;
 pub mod config;
 pub mod db;
 pub mod deadline;
@@ -36,6 +40,7 @@ pub mod idempotency;
 pub mod ids;
 pub mod intents;
 pub mod ledger;
+pub mod merchants;
 pub mod refunds;
 pub mod settlement;
 pub mod startup;

@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::{
     auth,
+    checkout::{self, changes::ChangesWorker},
     config::{Settings, WebhookSettings},
     db, http, refunds,
     settlement::{self, outbox},
@@ -29,6 +30,8 @@ pub struct Application {
     webhooks: WebhookSettings,
     settlement: settlement::Chains,
     relayer_keys: Vec<settlement::relayer::Key>,
+    /// What open checkout pages of this replica follow.
+    changes: checkout::changes::Changes,
     bootstrap: auth::Bootstrap,
     workers: Workers,
     database_url: String,
@@ -55,11 +58,13 @@ impl Application {
         // Installed before serving so every series exists from the first request on.
         crate::telemetry::metrics::handle();
         let workers = Workers::new();
+        let changes = checkout::changes::Changes::default();
         let router = http::router(
             pool.clone(),
             settings,
             bootstrap.clone(),
             workers.heartbeats(),
+            changes.clone(),
         );
         Ok(Self {
             listener,
@@ -73,6 +78,7 @@ impl Application {
             bootstrap,
             workers,
             database_url: settings.database_url.clone(),
+            changes,
         })
     }
 
@@ -119,6 +125,12 @@ impl Application {
             workers.spawn("webhook delivery", DeliveryWorker::schedule(&settings), {
                 let pool = pool.clone();
                 move || DeliveryWorker::new(pool.clone(), settings)
+            });
+        }
+        if self.settlement.is_on() {
+            let (database_url, changes) = (self.database_url.clone(), self.changes.clone());
+            workers.spawn("checkout changes", ChangesWorker::schedule(), move || {
+                ChangesWorker::new(database_url.clone(), changes.clone())
             });
         }
         settlement::spawn(

@@ -29,6 +29,9 @@ pub enum TokenSupport {
         name: String,
         version: String,
         contract_signatures: bool,
+        /// ERC-20's optional metadata, for people (the checkout page); `None` if it does not
+        /// answer.
+        units: Units,
     },
     /// No code, or no `transferWithAuthorization`, or a domain that does not match its separator.
     NotSupported(String),
@@ -106,11 +109,27 @@ pub async fn inspect(
         reverted(e)?;
         return unsupported("does not implement EIP-3009 (authorizationState)");
     }
+    let symbol = match token.symbol().call().await {
+        Ok(symbol) => Some(symbol),
+        Err(e) => reverted(e).map(|()| None)?,
+    };
+    let decimals = match token.decimals().call().await {
+        Ok(decimals) => Some(decimals),
+        Err(e) => reverted(e).map(|()| None)?,
+    };
     Ok(TokenSupport::Eip3009 {
         name,
         version,
         contract_signatures: has_bytes_form(node, address).await?,
+        units: Units { symbol, decimals },
     })
+}
+
+/// How people read a token's amounts: its symbol and decimals, if it says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Units {
+    pub symbol: Option<String>,
+    pub decimals: Option<u8>,
 }
 
 /// Whether the token has the `bytes signature` form of `transferWithAuthorization`: called with
@@ -151,6 +170,8 @@ sol! {
         function name() external view returns (string);
         function version() external view returns (string);
         function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
+        function symbol() external view returns (string);
+        function decimals() external view returns (uint8);
     }
 }
 

@@ -11,6 +11,9 @@ pub mod store;
 pub use routes::router;
 pub use store::{NewEvent, delete_expired, record};
 
+/// The channel every event's transaction notifies with its subject's id.
+pub const CHANGED_CHANNEL: &str = "subject_changed";
+
 /// Every event type there is. Endpoints may subscribe to any of them.
 pub const TYPES: &[&str] = &[
     "payment_intent.created",

@@ -19,7 +19,8 @@ pub struct NewEvent<'a> {
 }
 
 /// Records an event and queues its delivery to every enabled endpoint of the merchant subscribed
-/// to its type, in one statement on the caller's transaction.
+/// to its type, in one statement on the caller's transaction, which notifies `CHANGED_CHANNEL`
+/// with the subject's id at commit (open checkout pages follow it).
 pub async fn record(
     conn: &mut PgConnection,
     merchant: &str,
@@ -30,7 +31,8 @@ pub async fn record(
         WITH event AS (
             INSERT INTO events (merchant_id, id, type, subject_id, subject_version, object)
             VALUES ($1, $2, $3, $4, $5, $6::text::json)
-            RETURNING merchant_id, id, type
+            -- In RETURNING, so it runs whatever the deliveries below select.
+            RETURNING merchant_id, id, type, pg_notify($7, subject_id) AS notified
         )
         INSERT INTO webhook_deliveries (merchant_id, event_id, endpoint_id)
         SELECT e.merchant_id, e.id, w.id
@@ -45,6 +47,7 @@ pub async fn record(
         event.subject_id,
         event.subject_version,
         event.object,
+        super::CHANGED_CHANNEL,
     )
     .execute(conn)
     .await?;

@@ -16,14 +16,14 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::{
-    auth,
+    auth, checkout,
     config::Settings,
     db::Pool,
     deadline,
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, ledger, refunds, settlement,
+    intents, ledger, merchants, refunds, settlement,
     telemetry::{self, metrics},
     webhooks,
     workers::Heartbeats,
@@ -36,6 +36,7 @@ pub fn router(
     settings: &Settings,
     bootstrap: auth::Bootstrap,
     heartbeats: Heartbeats,
+    changes: checkout::changes::Changes,
 ) -> Router {
     let idempotency = IdempotencyState {
         pool: pool.clone(),
@@ -46,10 +47,18 @@ pub fn router(
     // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
     // authentication runs before the idempotency layer ever reads a key.
     let chains = settlement::Chains::new(&settings.settlement);
+    let checkout = checkout::router(
+        chains.clone(),
+        changes,
+        idempotency.clone(),
+        pool.clone(),
+        settings.request_timeout,
+    );
     let authenticator = auth::Authenticator::new(pool.clone());
-    let api = intents::router(settings.settlement.chain_names())
+    let api = intents::router(settings.settlement.chain_names(), &settings.public_base_url)
         .merge(settlement::routes::router(chains.clone()))
         .merge(refunds::router(chains))
+        .merge(merchants::router())
         .merge(ledger::router())
         .merge(idempotency::router())
         .merge(events::router())
@@ -80,6 +89,7 @@ pub fn router(
 
     Router::new()
         .merge(api)
+        .merge(checkout)
         .merge(unknown_api)
         .merge(operations)
         .fallback(no_such_endpoint)

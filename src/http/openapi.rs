@@ -14,7 +14,8 @@ use utoipa::{
 };
 
 use crate::{
-    events, http::health, idempotency, intents, ledger, refunds, settlement, telemetry, webhooks,
+    checkout, events, http::health, idempotency, intents, ledger, merchants, refunds, settlement,
+    telemetry, webhooks,
 };
 
 #[derive(OpenApi)]
@@ -30,6 +31,13 @@ use crate::{
         intents::handlers::cancel,
         settlement::routes::authorization,
         settlement::routes::confirm,
+        checkout::routes::document,
+        checkout::routes::show,
+        checkout::routes::authorization,
+        checkout::routes::confirm,
+        checkout::routes::events,
+        merchants::show,
+        merchants::update,
         refunds::routes::create,
         refunds::routes::list,
         refunds::routes::show,
@@ -55,6 +63,8 @@ use crate::{
     tags(
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
         (name = "settlement", description = "Pay an intent on chain with an EIP-3009 authorization"),
+        (name = "checkout", description = "The page a payer opens from `checkout_url`, and its API: the bearer there is the intent's `client_secret`, which opens that intent's public view and confirm only"),
+        (name = "merchant", description = "The merchant's own settings"),
         (name = "refunds", description = "Pay a paid intent back, in whole or in part, by an authorization the merchant signs"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
         (name = "events", description = "What changed, kept 30 days, and its webhook deliveries"),

@@ -278,6 +278,13 @@ impl IntentId {
     pub fn chain_nonce(&self) -> [u8; 32] {
         chain_nonce(&self.0)
     }
+
+    /// A new client secret for this intent: its id, `_secret_` and 128 random bits, Stripe's
+    /// shape, so a secret also says which intent it opens.
+    pub fn client_secret(&self) -> String {
+        let random = ids::generate("") + &ids::generate("")[..8];
+        format!("{}_secret_{random}", self.0)
+    }
 }
 
 /// [`IntentId::chain_nonce`] of a stored id.

@@ -26,14 +26,20 @@ use crate::{
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
 };
 
-/// `settled_chains`: with settlement on, the only chains an intent may name.
-pub fn router(settled_chains: Vec<String>) -> Router<Pool> {
+/// `settled_chains`: with settlement on, the only chains an intent may name; `public_base_url`:
+/// where checkout pages are.
+pub fn router(settled_chains: Vec<String>, public_base_url: &str) -> Router<Pool> {
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/{id}", get(show))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
         .layer(Extension(SettledChains(Arc::new(settled_chains))))
+        .layer(Extension(PublicBaseUrl(Arc::from(public_base_url))))
 }
+
+/// `PUBLIC_BASE_URL`, which an intent's `checkout_url` starts with.
+#[derive(Clone)]
+pub struct PublicBaseUrl(Arc<str>);
 
 /// The chains settlement serves; empty when it is off.
 #[derive(Clone)]
@@ -85,6 +91,7 @@ pub struct CreateIntentRequest {
 pub async fn create(
     Extension(merchant): Extension<MerchantId>,
     Extension(SettledChains(settled)): Extension<SettledChains>,
+    Extension(PublicBaseUrl(base)): Extension<PublicBaseUrl>,
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {
@@ -104,7 +111,7 @@ pub async fn create(
         expires_in: request.expires_in_seconds.unwrap_or_default(),
         metadata: request.metadata,
     };
-    let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new).await?;
+    let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new, &base).await?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;
     Ok((

@@ -56,6 +56,12 @@ pub struct PaymentIntent {
     /// What its refunds paid back so far (those confirmed on chain), token base units.
     #[schema(example = "0")]
     pub amount_refunded: String,
+    /// The intent's checkout page, to send its payer: `PUBLIC_BASE_URL/checkout/{id}` with the
+    /// client secret in the fragment, which browsers never send to a server (`docs/checkout.md`).
+    pub checkout_url: Option<String>,
+    /// Lets its holder read this intent's public fields and pay it, nothing else; shown only to
+    /// its merchant. Canceling the intent ends its power to pay.
+    pub client_secret: String,
     /// Your key/value pairs, as sent.
     #[schema(value_type = Object)]
     pub metadata: Json<Metadata>,
@@ -82,21 +88,24 @@ pub struct NewIntent {
 }
 
 /// Inserts a new intent and its `payment_intent.created` event.
+/// `checkout_base` is the public base URL its checkout page is under.
 pub async fn insert(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
     intent: &NewIntent,
+    checkout_base: &str,
 ) -> Result<PaymentIntent, sqlx::Error> {
     let created = sqlx::query_as!(
         PaymentIntent,
         r#"
-        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce)
+        INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
+                                     client_secret, checkout_url)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
-                now() + make_interval(secs => $8), $9, $10)
+                now() + make_interval(secs => $8), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11)
         RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
         id.as_str(),
@@ -108,6 +117,8 @@ pub async fn insert(
         f64::from(intent.expires_in.seconds()),
         Json(&intent.metadata) as _,
         &id.chain_nonce()[..],
+        id.client_secret(),
+        checkout_base,
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -142,7 +153,7 @@ pub async fn find(
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
@@ -241,7 +252,7 @@ pub async fn apply_with(
             )
             SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                    expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-                   settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
+                   settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
             merchant,
@@ -343,7 +354,7 @@ pub async fn expire_due(
             )
             SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
                    payee AS merchant, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!",
+                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
                    metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
@@ -390,6 +401,8 @@ struct Expired {
     pending_reason: Option<String>,
     settlement: Option<Json<Settlement>>,
     amount_refunded: String,
+    checkout_url: Option<String>,
+    client_secret: String,
     metadata: Json<Metadata>,
 }
 
@@ -413,6 +426,8 @@ impl Expired {
             pending_reason: self.pending_reason,
             settlement: self.settlement,
             amount_refunded: self.amount_refunded,
+            checkout_url: self.checkout_url,
+            client_secret: self.client_secret,
             metadata: self.metadata,
         };
         (self.merchant_id, intent)
@@ -454,7 +469,7 @@ pub async fn list(
         r#"
         SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

@@ -8,7 +8,7 @@ use sqlx::PgConnection;
 use crate::{
     chain::{
         rpc::{ChainError, Node},
-        token::{self, TokenSupport},
+        token::{self, TokenSupport, Units},
     },
     config::ChainEndpoint,
 };
@@ -27,7 +27,7 @@ pub async fn resolve(
 ) -> Result<TokenSupport, ResolveError> {
     let text = address.to_checksum(None);
     let known = sqlx::query!(
-        r#"SELECT supports_eip3009, name, version, refusal, contract_signatures,
+        r#"SELECT supports_eip3009, name, version, refusal, contract_signatures, symbol, decimals,
                   checked_at > now() - make_interval(secs => $3) AS "recent!"
              FROM chain_tokens WHERE chain_id = $1 AND address = $2"#,
         chain.id as i64,
@@ -43,6 +43,10 @@ pub async fn resolve(
                 name: name.clone(),
                 version: version.clone(),
                 contract_signatures: k.contract_signatures,
+                units: Units {
+                    symbol: k.symbol.clone(),
+                    decimals: k.decimals.and_then(|d| u8::try_from(d).ok()),
+                },
             },
             _ => TokenSupport::NotSupported(
                 k.refusal
@@ -60,26 +64,29 @@ pub async fn resolve(
         (Err(ChainError::Unreachable(_)), Some(stored)) => return Ok(stored),
         (Err(e), _) => return Err(e.into()),
     };
-    let (supported, name, version, contract_signatures, refusal) = match &support {
+    let none = Units::default();
+    let (supported, name, version, contract_signatures, refusal, units) = match &support {
         TokenSupport::Eip3009 {
             name,
             version,
             contract_signatures,
+            units,
         } => (
             true,
             Some(name.as_str()),
             Some(version.as_str()),
             *contract_signatures,
             None,
+            units,
         ),
-        TokenSupport::NotSupported(why) => (false, None, None, false, Some(why.as_str())),
+        TokenSupport::NotSupported(why) => (false, None, None, false, Some(why.as_str()), &none),
     };
     sqlx::query!(
-        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, contract_signatures, refusal)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, contract_signatures, refusal, symbol, decimals)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (chain_id, address) DO UPDATE
             SET supports_eip3009 = $3, name = $4, version = $5, contract_signatures = $6,
-                refusal = $7, checked_at = now()",
+                refusal = $7, symbol = $8, decimals = $9, checked_at = now()",
         chain.id as i64,
         text,
         supported,
@@ -87,6 +94,8 @@ pub async fn resolve(
         version,
         contract_signatures,
         refusal,
+        units.symbol.as_deref(),
+        units.decimals.map(i16::from),
     )
     .execute(&mut *conn)
     .await?;

@@ -47,6 +47,8 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "pending_reason",
         "settlement",
         "amount_refunded",
+        "checkout_url",
+        "client_secret",
         "metadata",
     ];
     assert_eq!(intent.as_object().unwrap().len(), order.len());

@@ -2,6 +2,7 @@
 //! capability.
 
 mod auth_and_scope;
+mod checkout;
 mod crash;
 mod events;
 mod helpers;

@@ -32,6 +32,7 @@ pub fn test_settings(database_url: &str) -> Settings {
             (DEMO_TOKEN.to_owned(), DEMO_MERCHANT.to_owned()),
             (OTHER_TOKEN.to_owned(), OTHER_MERCHANT.to_owned()),
         ],
+        public_base_url: "http://localhost:8080".to_owned(),
         // Receivers in tests listen on 127.0.0.1 over plain HTTP, and retry fast.
         webhooks: WebhookSettings {
             timeout: Duration::from_secs(2),

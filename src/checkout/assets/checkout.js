@@ -1,0 +1,405 @@
+// The checkout page's one script (docs/checkout.md). It reads the intent's client secret from the
+// URL's fragment (never sent to a server), shows the intent, connects a wallet found by EIP-6963
+// (or window.ethereum), asks it to sign the intent's EIP-712 document and confirms the signature,
+// retrying with the same Idempotency-Key until it has an answer; then it follows the intent live.
+"use strict";
+
+const STRINGS = {
+  en: {
+    title: "Checkout",
+    pay_to: "Pay to",
+    amount: "Amount",
+    network: "Network",
+    recipient: "Recipient",
+    payer: "Pay from",
+    expires: "Expires in",
+    connect: "Connect wallet",
+    connecting: "Connecting…",
+    pay: "Pay {amount}",
+    paying: "Waiting for your signature…",
+    sending: "Sending your payment…",
+    secure: "Paid on chain with an authorization you sign. Your keys never leave your wallet.",
+    no_wallet: "No wallet found in this browser. Install a wallet extension, or open this page in your wallet's browser.",
+    connected: "Connected as {account}.",
+    wrong_account: "This wallet account is {account}, but this payment must come from {payer}. Switch accounts in your wallet.",
+    wrong_chain: "Your wallet could not switch to {chain}. Add that network to your wallet and try again.",
+    rejected: "You declined the signature. Nothing was sent; you can try again.",
+    connect_rejected: "You declined the connection request.",
+    failed_to_send: "The payment could not be confirmed: {detail}",
+    created: "Waiting for your payment.",
+    processing: "Payment sent. Waiting for confirmation on chain…",
+    pending: "Payment sent, but the token does not accept it yet: {reason}. It is retried until the request expires.",
+    succeeded: "Paid. Transaction {hash}",
+    failed: "This payment failed: {reason}.",
+    canceled: "The merchant canceled this payment request.",
+    expired: "This payment request expired.",
+    unavailable: "This checkout link is not valid.",
+    offline: "Reconnecting…",
+    reasons: {
+      authorization_expired: "the authorization expired",
+      nonce_used_otherwise: "the authorization was used for another transfer",
+      authorization_canceled: "the authorization was canceled",
+      insufficient_balance: "the balance is too low",
+      token_paused: "the token is paused",
+      account_blacklisted: "an account is blocked by the token",
+    },
+  },
+  "zh-TW": {
+    title: "結帳",
+    pay_to: "付款給",
+    amount: "金額",
+    network: "網路",
+    recipient: "收款地址",
+    payer: "付款地址",
+    expires: "剩餘時間",
+    connect: "連接錢包",
+    connecting: "連接中…",
+    pay: "支付 {amount}",
+    paying: "請在錢包中簽署…",
+    sending: "正在送出付款…",
+    secure: "以您簽署的授權在鏈上付款，私鑰不會離開您的錢包。",
+    no_wallet: "此瀏覽器中找不到錢包。請安裝錢包擴充功能，或在錢包的瀏覽器中開啟此頁。",
+    connected: "已連接：{account}。",
+    wrong_account: "目前的錢包帳戶是 {account}，但這筆付款必須由 {payer} 支付。請在錢包中切換帳戶。",
+    wrong_chain: "錢包無法切換到 {chain}。請先在錢包中加入該網路，再試一次。",
+    rejected: "您拒絕了簽署，沒有送出任何交易，可以再試一次。",
+    connect_rejected: "您拒絕了連接要求。",
+    failed_to_send: "無法確認付款：{detail}",
+    created: "等待付款。",
+    processing: "付款已送出，等待鏈上確認…",
+    pending: "付款已送出，但代幣暫時不接受：{reason}。到期前會持續重試。",
+    succeeded: "已付款。交易 {hash}",
+    failed: "付款失敗：{reason}。",
+    canceled: "商家已取消這筆付款要求。",
+    expired: "這筆付款要求已過期。",
+    unavailable: "這個結帳連結無效。",
+    offline: "重新連線中…",
+    reasons: {
+      authorization_expired: "授權已過期",
+      nonce_used_otherwise: "授權已被用於另一筆轉帳",
+      authorization_canceled: "授權已被取消",
+      insufficient_balance: "餘額不足",
+      token_paused: "代幣已暫停",
+      account_blacklisted: "帳戶已被代幣封鎖",
+    },
+  },
+};
+
+const $ = (id) => document.getElementById(id);
+const id = location.pathname.split("/").filter(Boolean).pop();
+const secret = decodeURIComponent(location.hash.slice(1));
+let lang = pickLanguage();
+let view = null;
+let wallet = null;
+let account = null;
+let note = null; // [key, values] of the note under the buttons
+let statusOverride = null; // [key, values] shown instead of the intent's state, until it changes
+
+function pickLanguage() {
+  const chosen = localStorage.getItem("checkout.lang");
+  if (chosen && STRINGS[chosen]) return chosen;
+  return STRINGS[document.documentElement.lang] ? document.documentElement.lang : "en";
+}
+
+function t(key, values = {}) {
+  const text = STRINGS[lang][key] ?? STRINGS.en[key] ?? key;
+  return text.replace(/\{(\w+)\}/g, (_, name) => values[name] ?? "");
+}
+
+function reason(code) {
+  return STRINGS[lang].reasons[code] ?? code ?? "";
+}
+
+function short(address) {
+  return address ? `${address.slice(0, 6)}…${address.slice(-4)}` : "";
+}
+
+function amountText() {
+  if (!view) return "";
+  return view.amount_display ? `${view.amount_display} ${view.symbol ?? ""}`.trim() : `${view.amount} (base units)`;
+}
+
+// ---- rendering -------------------------------------------------------------------------------
+
+function render() {
+  document.documentElement.lang = lang;
+  document.title = view ? `${t("title")} · ${view.merchant_name}` : t("title");
+  for (const element of document.querySelectorAll("[data-t]")) {
+    element.textContent = t(element.dataset.t);
+  }
+  for (const button of document.querySelectorAll("[data-lang]")) {
+    button.setAttribute("aria-pressed", String(button.dataset.lang === lang));
+  }
+  if (view) {
+    $("merchant").textContent = view.merchant_name;
+    $("amount").textContent = view.amount_display ?? view.amount;
+    $("symbol").textContent = view.amount_display ? view.symbol ?? "" : "";
+    $("chain").textContent = chainName(view.chain_id);
+    $("recipient").textContent = short(view.merchant);
+    $("recipient").title = view.merchant;
+    $("payer").textContent = short(view.payer);
+    $("payer").title = view.payer;
+  }
+  const payable = view && view.state === "created" && !expired();
+  $("connect").hidden = Boolean(account) || !payable;
+  $("connect").disabled = !payable;
+  $("pay").hidden = !account || !payable;
+  $("pay").disabled = !payable || !rightAccount();
+  $("pay").textContent = t("pay", { amount: amountText() });
+  $("account").textContent = note ? t(note[0], note[1]) : "";
+  renderStatus();
+  renderCountdown();
+}
+
+function renderStatus() {
+  const status = $("status");
+  status.dataset.state = view ? stateName() : "unavailable";
+  if (statusOverride) {
+    status.textContent = t(statusOverride[0], statusOverride[1]);
+    return;
+  }
+  if (!view) {
+    status.textContent = "";
+    return;
+  }
+  const state = stateName();
+  if (state === "succeeded" || (state === "canceled" && view.transaction_hash)) {
+    status.textContent = t("succeeded", { hash: view.transaction_hash });
+  } else if (state === "processing" && view.pending_reason) {
+    status.textContent = t("pending", { reason: reason(view.pending_reason) });
+  } else if (state === "failed") {
+    status.textContent = t("failed", { reason: reason(view.failure_reason) });
+  } else {
+    status.textContent = t(state);
+  }
+}
+
+// The intent's state as the payer reads it: a canceled intent that ran out of time, or a created
+// one past its time, is "expired".
+function stateName() {
+  if (view.state === "canceled" && view.cancellation_reason === "expired" && !view.transaction_hash) return "expired";
+  if (view.state === "created" && expired()) return "expired";
+  return view.state;
+}
+
+function expired() {
+  return view && Date.parse(view.expires_at) <= Date.now();
+}
+
+function renderCountdown() {
+  if (!view) return;
+  const left = Math.max(0, Math.floor((Date.parse(view.expires_at) - Date.now()) / 1000));
+  const open = view.state === "created" || view.state === "processing";
+  const minutes = Math.floor(left / 60);
+  const seconds = String(left % 60).padStart(2, "0");
+  $("countdown").textContent = open ? `${minutes}:${seconds}` : "—";
+}
+
+function chainName(chainId) {
+  const known = { 1: "Ethereum", 8453: "Base", 84532: "Base Sepolia", 11155111: "Sepolia", 31337: "Devnet (31337)" };
+  return known[chainId] ?? `EVM chain ${chainId}`;
+}
+
+// ---- the checkout API ------------------------------------------------------------------------
+
+function api(path, options = {}) {
+  const headers = { Authorization: `Bearer ${secret}`, ...(options.headers ?? {}) };
+  return fetch(`/v1/checkout/${id}${path}`, { ...options, headers, cache: "no-store", referrerPolicy: "no-referrer" });
+}
+
+function show(next) {
+  if (!next || (view && next.version < view.version)) return;
+  if (!view || next.version !== view.version || next.state !== view.state) statusOverride = null;
+  view = next;
+  render();
+}
+
+async function load() {
+  const answer = await api("");
+  if (!answer.ok) {
+    statusOverride = ["unavailable", {}];
+    render();
+    return false;
+  }
+  show(await answer.json());
+  return true;
+}
+
+// Follows the intent: Server-Sent Events read from a fetch (so the secret stays in a header),
+// reconnecting when the stream ends; a poll every few seconds while the stream is down.
+async function follow() {
+  for (;;) {
+    try {
+      const answer = await api("/events", { headers: { Accept: "text/event-stream" } });
+      if (!answer.ok || !answer.body) throw new Error(`events: ${answer.status}`);
+      const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const message = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const data = message
+            .split("\n")
+            .filter((line) => line.startsWith("data:"))
+            .map((line) => line.slice(5).trimStart())
+            .join("\n");
+          if (data) show(JSON.parse(data));
+        }
+      }
+    } catch {
+      await pause(3000);
+      await load().catch(() => {});
+    }
+    if (view && ["succeeded", "failed", "canceled"].includes(view.state)) return;
+    await pause(500);
+  }
+}
+
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---- the wallet ------------------------------------------------------------------------------
+
+const announced = [];
+window.addEventListener("eip6963:announceProvider", (event) => {
+  if (event.detail?.provider) announced.push(event.detail);
+});
+
+async function findWallet() {
+  window.dispatchEvent(new Event("eip6963:requestProvider"));
+  await pause(200);
+  if (announced.length > 0) return announced[0].provider;
+  return window.ethereum ?? null;
+}
+
+function rightAccount() {
+  return account && view && account.toLowerCase() === view.payer.toLowerCase();
+}
+
+async function connect() {
+  $("connect").disabled = true;
+  $("connect").textContent = t("connecting");
+  try {
+    wallet = await findWallet();
+    if (!wallet) {
+      note = ["no_wallet", {}];
+      return;
+    }
+    const accounts = await wallet.request({ method: "eth_requestAccounts" });
+    account = accounts?.[0] ?? null;
+    await onChain();
+    note = rightAccount()
+      ? ["connected", { account: short(account) }]
+      : ["wrong_account", { account: short(account), payer: short(view.payer) }];
+    wallet.on?.("accountsChanged", (accounts) => {
+      account = accounts?.[0] ?? null;
+      note = account && !rightAccount() ? ["wrong_account", { account: short(account), payer: short(view.payer) }] : null;
+      render();
+    });
+  } catch (error) {
+    account = null;
+    note = error?.code === 4001 ? ["connect_rejected", {}] : ["wrong_chain", { chain: chainName(view.chain_id) }];
+  } finally {
+    render();
+  }
+}
+
+// Puts the wallet on the intent's chain (EIP-3326), which it must sign for.
+async function onChain() {
+  const wanted = `0x${view.chain_id.toString(16)}`;
+  const current = await wallet.request({ method: "eth_chainId" });
+  if (String(current).toLowerCase() === wanted) return;
+  await wallet.request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] });
+}
+
+async function pay() {
+  $("pay").disabled = true;
+  statusOverride = ["paying", {}];
+  render();
+  let signature;
+  try {
+    await onChain();
+    const answer = await api("/authorization");
+    if (!answer.ok) throw Object.assign(new Error("authorization"), { answer: await answer.json() });
+    const { typed_data } = await answer.json();
+    signature = await wallet.request({
+      method: "eth_signTypedData_v4",
+      params: [account, JSON.stringify(typed_data)],
+    });
+  } catch (error) {
+    if (error?.answer?.error === "invalid_state_transition") {
+      // Paid from elsewhere meanwhile (another tab): show what is true.
+      statusOverride = null;
+      await load();
+      return;
+    }
+    statusOverride = error?.code === 4001
+      ? ["rejected", {}]
+      : ["failed_to_send", { detail: error?.answer?.detail ?? error?.message ?? String(error) }];
+    render();
+    return;
+  }
+  statusOverride = ["sending", {}];
+  render();
+  await confirm(signature);
+}
+
+// POSTs the signature, retried with the same Idempotency-Key (one per signature) until the server
+// gives a final answer: a timeout, a lost connection or a 503 says nothing about the outcome.
+async function confirm(signature) {
+  const key = `checkout-${signature.slice(2, 42)}`;
+  for (let attempt = 0; attempt < 30; attempt++) {
+    let answer = null;
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), 15000);
+    try {
+      answer = await api("/confirm", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "Idempotency-Key": key },
+        body: JSON.stringify({ signature }),
+        signal: abort.signal,
+      });
+    } catch {
+      answer = null;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (answer && answer.ok) {
+      show(await answer.json());
+      return;
+    }
+    const body = answer ? await answer.json().catch(() => ({})) : {};
+    const again = !answer || answer.status >= 500 || answer.status === 429 ||
+      ["idempotency_key_in_flight", "idempotency_key_lease_lost"].includes(body.error);
+    if (!again) {
+      await load();
+      if (view && view.state === "created") {
+        statusOverride = ["failed_to_send", { detail: body.detail ?? answer.status }];
+        render();
+      }
+      return;
+    }
+    await pause(Math.min(8000, 500 * 2 ** attempt));
+  }
+}
+
+// ---- start -----------------------------------------------------------------------------------
+
+for (const button of document.querySelectorAll("[data-lang]")) {
+  button.addEventListener("click", () => {
+    lang = button.dataset.lang;
+    localStorage.setItem("checkout.lang", lang);
+    render();
+  });
+}
+$("connect").addEventListener("click", connect);
+$("pay").addEventListener("click", pay);
+setInterval(() => {
+  renderCountdown();
+  if (view && view.state === "created" && expired()) render();
+}, 1000);
+render();
+load().then((ok) => ok && follow());

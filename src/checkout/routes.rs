@@ -1,0 +1,300 @@
+//! The checkout page and its API: `GET /checkout/{id}` (the page; the client secret travels in
+//! the URL's fragment) with its script and style, and, opened by the client secret,
+//! `GET /v1/checkout/{id}` (the intent's public view), `GET /v1/checkout/{id}/authorization` (what
+//! the payer signs), `POST /v1/checkout/{id}/confirm` (the signature, behind the idempotency layer
+//! and rate limited per intent) and `GET /v1/checkout/{id}/events` (its changes as Server-Sent
+//! Events). The rules are `settlement::payments`'s, as for a merchant's confirm.
+
+use std::{convert::Infallible, num::NonZeroU32, sync::Arc, time::Duration};
+
+use axum::{
+    Extension, Json, Router,
+    extract::{Path, State},
+    http::HeaderMap,
+    middleware::from_fn_with_state,
+    response::{
+        Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+    routing::{get, post},
+};
+use futures::Stream;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use super::{
+    access::{CheckoutAccess, require_client_secret},
+    changes::Changes,
+    page,
+    view::{self, CheckoutView},
+};
+use crate::{
+    chain::token::{TokenSupport, Units},
+    db::{Pool, Tx},
+    error::{ApiError, ErrorBody},
+    extract::JsonBody,
+    idempotency::{IdempotencyState, idempotency_layer},
+    settlement::{
+        Chains, payments,
+        routes::{AuthorizationDocument, ConfirmRequest},
+        tokens,
+    },
+};
+
+/// Confirms a page may send per intent and minute (a payer retrying is a handful).
+const CONFIRMS_PER_MINUTE: u32 = 10;
+/// How long one event stream stays open; the page opens the next.
+const STREAM_FOR: Duration = Duration::from_secs(60);
+/// How often an open stream reads its intent even without a notification.
+const STREAM_POLL: Duration = Duration::from_secs(5);
+
+/// The page, its assets and its API. `idempotency` and `deadline` are the layers the merchant API
+/// has, in the same order.
+pub fn router(
+    chains: Chains,
+    changes: Changes,
+    idempotency: IdempotencyState,
+    pool: Pool,
+    request_timeout: Duration,
+) -> Router<Pool> {
+    let limiter: Arc<DefaultKeyedRateLimiter<String>> = Arc::new(RateLimiter::keyed(
+        Quota::per_minute(NonZeroU32::new(CONFIRMS_PER_MINUTE).expect("not zero")),
+    ));
+    let api = Router::new()
+        .route("/v1/checkout/{id}", get(show))
+        .route("/v1/checkout/{id}/authorization", get(authorization))
+        .route("/v1/checkout/{id}/confirm", post(confirm))
+        .route("/v1/checkout/{id}/events", get(events))
+        .route_layer(from_fn_with_state(idempotency, idempotency_layer))
+        .route_layer(from_fn_with_state(pool, require_client_secret))
+        .route_layer(from_fn_with_state(
+            request_timeout,
+            crate::deadline::enforce,
+        ))
+        .layer(Extension(chains))
+        .layer(Extension(changes))
+        .layer(Extension(limiter));
+    Router::new()
+        .route("/checkout/{id}", get(document))
+        .route("/checkout/assets/{name}", get(asset))
+        .merge(api)
+}
+
+/// The checkout page of an intent: the same document for every intent, which its script fills
+/// from the API with the secret in the URL's fragment.
+#[utoipa::path(
+    get,
+    path = "/checkout/{id}",
+    operation_id = "checkout_page",
+    tag = "checkout",
+    params(("id" = String, Path, description = "The intent id; the client secret follows in the URL's fragment")),
+    responses((status = 200, description = "The page (text/html), in the language `Accept-Language` prefers: English or Traditional Chinese"))
+)]
+pub async fn document(headers: HeaderMap) -> Response {
+    page::document(&headers)
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    page::asset(&name)
+}
+
+/// The token's symbol and decimals, as read with its domain; none if the chain is not served or
+/// the token cannot be read now (the page then shows base units).
+async fn units_of(conn: &mut sqlx::PgConnection, chains: &Chains, view: &CheckoutView) -> Units {
+    let Some((endpoint, node)) = chains.get(&view.chain) else {
+        return Units::default();
+    };
+    let Ok(token) = view.token.parse() else {
+        return Units::default();
+    };
+    match tokens::resolve(conn, endpoint, node, token).await {
+        Ok(TokenSupport::Eip3009 { units, .. }) => units,
+        _ => Units::default(),
+    }
+}
+
+async fn current(
+    conn: &mut sqlx::PgConnection,
+    chains: &Chains,
+    access: &CheckoutAccess,
+) -> Result<CheckoutView, ApiError> {
+    let not_found = || ApiError::NotFound("no checkout for that intent".to_owned());
+    let bare = view::find(conn, &access.intent, &Units::default())
+        .await?
+        .ok_or_else(not_found)?;
+    let units = units_of(conn, chains, &bare).await;
+    view::find(conn, &access.intent, &units)
+        .await?
+        .ok_or_else(not_found)
+}
+
+/// The intent as its checkout page shows it.
+#[utoipa::path(
+    get,
+    path = "/v1/checkout/{id}",
+    operation_id = "retrieve_checkout",
+    tag = "checkout",
+    params(("id" = String, Path, description = "The intent id")),
+    responses(
+        (status = 200, description = "What the page may see of the intent", body = CheckoutView),
+        (status = 401, description = "`unauthorized`: no client secret", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such intent, or not its secret", body = ErrorBody),
+    )
+)]
+pub async fn show(
+    State(pool): State<Pool>,
+    Extension(chains): Extension<Chains>,
+    Extension(access): Extension<CheckoutAccess>,
+) -> Result<Json<CheckoutView>, ApiError> {
+    let mut conn = pool.acquire().await?;
+    Ok(Json(current(&mut conn, &chains, &access).await?))
+}
+
+/// What the payer signs: the intent's EIP-3009 authorization, as the merchant's
+/// `GET /v1/payment_intents/{id}/authorization` answers it.
+#[utoipa::path(
+    get,
+    path = "/v1/checkout/{id}/authorization",
+    operation_id = "get_checkout_authorization",
+    tag = "checkout",
+    params(("id" = String, Path, description = "The intent id")),
+    responses(
+        (status = 200, description = "What the payer signs", body = AuthorizationDocument),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_state_transition`: not `created`", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
+    )
+)]
+pub async fn authorization(
+    State(pool): State<Pool>,
+    Extension(chains): Extension<Chains>,
+    Extension(access): Extension<CheckoutAccess>,
+) -> Result<Json<AuthorizationDocument>, ApiError> {
+    let mut conn = pool.acquire().await?;
+    let authorization =
+        payments::authorization(&mut conn, &chains, &access.merchant, access.intent.as_str())
+            .await?;
+    Ok(Json(AuthorizationDocument::of(&authorization)))
+}
+
+/// Confirm the intent with the payer's signature, as the merchant's confirm does; the answer is
+/// the page's view of it.
+#[utoipa::path(
+    post,
+    path = "/v1/checkout/{id}/confirm",
+    operation_id = "confirm_checkout",
+    tag = "checkout",
+    params(("id" = String, Path, description = "The intent id")),
+    request_body(content = ConfirmRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Processing: the authorization is queued", body = CheckoutView),
+        (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_state_transition`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many confirms of this intent (with `Retry-After`)", body = ErrorBody),
+    )
+)]
+pub async fn confirm(
+    Extension(chains): Extension<Chains>,
+    Extension(access): Extension<CheckoutAccess>,
+    Extension(limiter): Extension<Arc<DefaultKeyedRateLimiter<String>>>,
+    mut tx: Tx,
+    JsonBody(request): JsonBody<ConfirmRequest>,
+) -> Result<Json<CheckoutView>, ApiError> {
+    if let Err(not_until) = limiter.check_key(&access.intent.as_str().to_owned()) {
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(
+            &governor::clock::DefaultClock::default(),
+        ));
+        return Err(ApiError::RateLimited {
+            retry_after_seconds: wait.as_secs().max(1),
+        });
+    }
+    payments::confirm(
+        &mut tx,
+        &chains,
+        &access.merchant,
+        access.intent.as_str(),
+        &request.signature,
+    )
+    .await?;
+    Ok(Json(current(&mut tx, &chains, &access).await?))
+}
+
+/// The intent's view now and after each change, as Server-Sent Events (`event: intent`, the view
+/// as data), for a minute; woken by `changes`, and reading the intent every few seconds anyway.
+#[utoipa::path(
+    get,
+    path = "/v1/checkout/{id}/events",
+    operation_id = "follow_checkout",
+    tag = "checkout",
+    params(("id" = String, Path, description = "The intent id")),
+    responses((status = 200, description = "text/event-stream of `intent` events, each a CheckoutView"))
+)]
+pub async fn events(
+    State(pool): State<Pool>,
+    Extension(chains): Extension<Chains>,
+    Extension(changes): Extension<Changes>,
+    Extension(access): Extension<CheckoutAccess>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    struct Following {
+        pool: Pool,
+        chains: Chains,
+        access: CheckoutAccess,
+        changes: tokio::sync::broadcast::Receiver<Arc<str>>,
+        shown: Option<(i32, Option<String>)>,
+        until: tokio::time::Instant,
+    }
+    let start = Following {
+        pool,
+        chains,
+        changes: changes.subscribe(),
+        access,
+        shown: None,
+        until: tokio::time::Instant::now() + STREAM_FOR,
+    };
+    let stream = futures::stream::unfold(start, |mut f| async move {
+        loop {
+            if f.shown.is_some() {
+                let woken = async {
+                    loop {
+                        match f.changes.recv().await {
+                            Ok(subject) if &*subject == f.access.intent.as_str() => return,
+                            Ok(_) => {}
+                            // Behind: whatever was missed may be ours.
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                                std::future::pending::<()>().await
+                            }
+                        }
+                    }
+                };
+                let wait = STREAM_POLL.min(
+                    f.until
+                        .saturating_duration_since(tokio::time::Instant::now()),
+                );
+                let _ = tokio::time::timeout(wait, woken).await;
+            }
+            if tokio::time::Instant::now() >= f.until {
+                return None;
+            }
+            let read = match f.pool.acquire().await {
+                Ok(mut conn) => current(&mut conn, &f.chains, &f.access).await.ok(),
+                Err(_) => None,
+            };
+            let Some(now) = read else {
+                // The database is away for now: try again shortly, as the page's poll would.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            let seen = (now.version, now.pending_reason.clone());
+            if f.shown.as_ref() != Some(&seen) {
+                f.shown = Some(seen);
+                let event = Event::default()
+                    .event("intent")
+                    .json_data(&now)
+                    .unwrap_or_default();
+                return Some((Ok(event), f));
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

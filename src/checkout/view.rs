@@ -1,0 +1,115 @@
+//! What a checkout page may see of an intent: what the payer needs to pay and to follow the
+//! payment, never the merchant's metadata, its secret or anything of another intent.
+
+use serde::Serialize;
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use crate::{
+    chain::token::Units,
+    intents::{domain::IntentId, state::IntentState},
+};
+
+/// An intent as its checkout page shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CheckoutView {
+    pub id: String,
+    pub state: IntentState,
+    pub version: i32,
+    /// Token base units, as a decimal string.
+    pub amount: String,
+    /// The amount in the token's units (`100.00`), when the token says its decimals.
+    pub amount_display: Option<String>,
+    pub symbol: Option<String>,
+    pub decimals: Option<u8>,
+    /// `evm:<chain id>`.
+    pub chain: String,
+    pub chain_id: u64,
+    pub token: String,
+    /// The address that must sign.
+    pub payer: String,
+    /// The address paid.
+    pub merchant: String,
+    /// The merchant's display name (its setting), else its id.
+    pub merchant_name: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    pub cancellation_reason: Option<String>,
+    pub failure_reason: Option<String>,
+    pub pending_reason: Option<String>,
+    /// The transaction that paid it, once confirmed.
+    pub transaction_hash: Option<String>,
+}
+
+/// The intent `id` as its page shows it, with the token's units as known.
+pub async fn find(
+    conn: &mut PgConnection,
+    id: &IntentId,
+    units: &Units,
+) -> Result<Option<CheckoutView>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        SELECT p.id, p.state AS "state: IntentState", p.version, p.amount::text AS "amount!", p.chain, p.token,
+               p.payer, p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
+               p.cancellation_reason, p.failure_reason, p.pending_reason,
+               p.settlement->>'transaction_hash' AS transaction_hash
+          FROM payment_intents p LEFT JOIN merchants m ON m.id = p.merchant_id
+         WHERE p.id = $1
+        "#,
+        id.as_str(),
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| CheckoutView {
+        amount_display: units.decimals.map(|d| in_units(&r.amount, d)),
+        symbol: units.symbol.clone(),
+        decimals: units.decimals,
+        chain_id: r
+            .chain
+            .strip_prefix("evm:")
+            .and_then(|id| id.parse().ok())
+            .unwrap_or(0),
+        id: r.id,
+        state: r.state,
+        version: r.version,
+        amount: r.amount,
+        chain: r.chain,
+        token: r.token,
+        payer: r.payer,
+        merchant: r.payee,
+        merchant_name: r.merchant_name,
+        expires_at: r.expires_at,
+        cancellation_reason: r.cancellation_reason,
+        failure_reason: r.failure_reason,
+        pending_reason: r.pending_reason,
+        transaction_hash: r.transaction_hash,
+    }))
+}
+
+/// `base_units` (decimal digits) in units of `decimals` places: at least two fractional digits
+/// when the token has them (`100.00`), no trailing zeros past them (`0.125`).
+pub fn in_units(base_units: &str, decimals: u8) -> String {
+    let places = usize::from(decimals);
+    if places == 0 {
+        return base_units.to_owned();
+    }
+    let padded = format!("{base_units:0>width$}", width = places + 1);
+    let (whole, fraction) = padded.split_at(padded.len() - places);
+    let keep = fraction.trim_end_matches('0').len().max(places.min(2));
+    format!("{whole}.{}", &fraction[..keep])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_units;
+
+    #[test]
+    fn amounts_read_in_the_tokens_units() {
+        assert_eq!(in_units("100000000", 6), "100.00");
+        assert_eq!(in_units("125000", 6), "0.125");
+        assert_eq!(in_units("1", 6), "0.000001");
+        assert_eq!(in_units("1500000000000000000", 18), "1.50");
+        assert_eq!(in_units("7", 0), "7");
+        assert_eq!(in_units("5", 1), "0.5");
+    }
+}

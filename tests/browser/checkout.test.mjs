@@ -1,0 +1,394 @@
+// The checkout page in a real browser (docs/checkout.md): Debian's Chromium driven by
+// playwright-core, against the release binary, anvil and PostgreSQL. A test wallet is injected
+// before the page loads: an EIP-6963 provider whose requests the test answers, signing with
+// anvil's dev accounts (anvil's own eth_signTypedData_v4). axe-core checks accessibility.
+// Screenshots of each state, in both languages, go to target/browser/.
+//
+// Needs: PAYMENTS_API_BIN (the release binary), TEST_DATABASE_URL (a PostgreSQL server to create
+// a database on) and CHROMIUM (default /usr/bin/chromium). `make browser-test` sets them.
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, existsSync } from "node:fs";
+import { createServer } from "node:net";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, "../..");
+const shots = path.join(root, "target/browser");
+mkdirSync(shots, { recursive: true });
+const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+const binary = process.env.PAYMENTS_API_BIN ?? path.join(root, "target/release/payments-api");
+const serverUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const tools = path.join(root, "contracts/node_modules/.bin");
+
+// Anvil's well-known dev accounts (public keys of a public mnemonic; a devnet only).
+const PAYER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+const MERCHANT = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+const STRANGER = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+const RELAYER_KEY = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6";
+const DEVNET_USD = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+const USDC = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
+const MERCHANT_TOKEN = "merchant-demo";
+
+let anvil, api, apiLog = "", base, rpcUrl, browser, databaseUrl;
+
+async function freePort() {
+  return new Promise((resolve) => {
+    const server = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function until(what, check, timeout = 30000) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value;
+    } catch {}
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function rpc(method, params = []) {
+  const answer = await fetch(rpcUrl, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+  });
+  const body = await answer.json();
+  if (body.error) throw Object.assign(new Error(body.error.message), { code: body.error.code });
+  return body.result;
+}
+
+function balanceOf(token, address) {
+  const out = execFileSync(path.join(tools, "cast"), ["call", "--rpc-url", rpcUrl, token, "balanceOf(address)(uint256)", address]);
+  return BigInt(out.toString().trim().split(/\s+/)[0]);
+}
+
+async function merchant(method, route, body, key) {
+  const headers = { Authorization: `Bearer ${MERCHANT_TOKEN}`, "content-type": "application/json" };
+  if (key) headers["Idempotency-Key"] = key;
+  const answer = await fetch(`${base}${route}`, { method, headers, body: body && JSON.stringify(body) });
+  return { status: answer.status, body: await answer.json() };
+}
+
+async function createIntent({ token = DEVNET_USD, amount = "25000000", expires = 900 } = {}) {
+  const { status, body } = await merchant("POST", "/v1/payment_intents", {
+    chain: "evm:31337", token, payer: PAYER, merchant: MERCHANT, amount, expires_in_seconds: expires,
+  });
+  assert.equal(status, 201, JSON.stringify(body));
+  assert.ok(body.checkout_url.startsWith(`${base}/checkout/${body.id}#`), body.checkout_url);
+  return body;
+}
+
+before(async () => {
+  assert.ok(existsSync(binary), `${binary} is missing: cargo build --release --bin payments-api`);
+  assert.ok(existsSync(chromiumPath), `${chromiumPath} is missing: apt-get install chromium`);
+  const anvilPort = await freePort();
+  rpcUrl = `http://127.0.0.1:${anvilPort}`;
+  anvil = spawn(path.join(tools, "anvil"), ["--port", String(anvilPort), "--chain-id", "31337", "--silent"], { stdio: "ignore" });
+  await until("anvil", () => rpc("eth_chainId"));
+  execFileSync(binary, ["devnet", "--rpc-url", rpcUrl], { stdio: "ignore" });
+
+  databaseUrl = serverUrl.replace(/\/[^/]*$/, `/checkout_${process.pid}_${Date.now()}`);
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  api = spawn(binary, ["serve", "--migrate"], {
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      BIND_ADDR: `127.0.0.1:${port}`,
+      PUBLIC_BASE_URL: base,
+      CHAINS: `evm:31337=${rpcUrl}`,
+      CHAIN_CONFIRMATIONS: "1",
+      CHAIN_POLL_INTERVAL_MS: "200",
+      RELAYER_PRIVATE_KEY: RELAYER_KEY,
+      BOOTSTRAP_API_KEYS: `${MERCHANT_TOKEN}=merchant_demo,merchant-other=merchant_other`,
+      RUST_LOG: "info",
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  api.stdout.on("data", (chunk) => (apiLog += chunk));
+  api.stderr.on("data", (chunk) => (apiLog += chunk));
+  await until("the API to be ready", async () => (await fetch(`${base}/readyz`)).ok, 60000);
+  const named = await merchant("POST", "/v1/merchant", { display_name: "Kaffa Coffee Roasters" });
+  assert.equal(named.status, 200, JSON.stringify(named.body));
+
+  browser = await chromium.launch({
+    executablePath: chromiumPath,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  api?.kill("SIGTERM");
+  anvil?.kill("SIGTERM");
+});
+
+// ---- the test wallet -------------------------------------------------------------------------
+
+// Runs in the page before its own script: an EIP-1193 provider announced by EIP-6963, whose
+// requests go to the test (window.__wallet, exposed by Playwright, which no page CSP blocks).
+function injectedWallet() {
+  const provider = {
+    isTestWallet: true,
+    listeners: {},
+    on(event, listener) { (this.listeners[event] ??= []).push(listener); },
+    removeListener() {},
+    async request({ method, params }) {
+      const answer = await window.__wallet(method, params ?? []);
+      if (answer.error) throw Object.assign(new Error(answer.error.message), { code: answer.error.code });
+      return answer.result;
+    },
+  };
+  const info = { uuid: "5b3f2c8e-0000-4000-8000-000000000001", name: "Test Wallet", icon: "data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg'/>", rdns: "dev.payments-api.test" };
+  const announce = () => window.dispatchEvent(new CustomEvent("eip6963:announceProvider", { detail: Object.freeze({ info, provider }) }));
+  window.addEventListener("eip6963:requestProvider", announce);
+  announce();
+}
+
+/// A browser page with a test wallet: `account` signs (anvil's own key for it), the wallet starts
+/// on `chainId` and switches when asked; `reject` declines every signature (EIP-1193 4001).
+async function walletPage({ account = PAYER, chainId = "0x1", reject = false, language = "en-US" } = {}) {
+  const context = await browser.newContext({ locale: language, extraHTTPHeaders: { "Accept-Language": language }, viewport: { width: 1280, height: 900 } });
+  const wallet = { account, chainId, reject, switched: [] };
+  await context.exposeBinding("__wallet", async (_source, method, params) => {
+    switch (method) {
+      case "eth_requestAccounts":
+      case "eth_accounts":
+        return { result: [wallet.account] };
+      case "eth_chainId":
+        return { result: wallet.chainId };
+      case "wallet_switchEthereumChain":
+        wallet.chainId = params[0].chainId;
+        wallet.switched.push(params[0].chainId);
+        return { result: null };
+      case "eth_signTypedData_v4":
+        if (wallet.reject) return { error: { code: 4001, message: "User rejected the request." } };
+        if (wallet.chainId !== "0x7a69") return { error: { code: 4901, message: "wrong chain" } };
+        try {
+          return { result: await rpc("eth_signTypedData_v4", [params[0], params[1]]) };
+        } catch (e) {
+          return { error: { code: -32603, message: e.message } };
+        }
+      default:
+        return { error: { code: 4200, message: `unsupported ${method}` } };
+    }
+  });
+  await context.addInitScript(injectedWallet);
+  const page = await context.newPage();
+  return { page, wallet, context };
+}
+
+const status = (page) => page.locator('[role="status"]');
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
+}
+
+async function accessible(page, what) {
+  await page.evaluate(axeSource);
+  const results = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
+  const serious = results.violations.filter((v) => ["serious", "critical"].includes(v.impact));
+  assert.deepEqual(serious.map((v) => `${v.id}: ${v.help}`), [], `axe on ${what}`);
+}
+
+async function payThrough(page, intent) {
+  await page.goto(intent.checkout_url);
+  await page.getByRole("button", { name: /Connect wallet|連接錢包/ }).click();
+  const pay = page.getByRole("button", { name: /^(Pay|支付)/ });
+  await pay.waitFor();
+  await until("Pay to be enabled", () => pay.isEnabled());
+  await pay.click();
+}
+
+// ---- scenarios -------------------------------------------------------------------------------
+
+test("a payer pays in DevnetUSD, the wallet switched to the chain, and sees succeeded with the hash", async () => {
+  const intent = await createIntent();
+  const before = balanceOf(DEVNET_USD, MERCHANT);
+  const { page, wallet, context } = await walletPage();
+  const response = await page.goto(intent.checkout_url);
+  const headers = response.headers();
+  assert.match(headers["content-security-policy"], /frame-ancestors 'none'/);
+  assert.match(headers["content-security-policy"], /script-src 'self'/);
+  assert.equal(headers["x-frame-options"], "DENY");
+  assert.equal(headers["referrer-policy"], "no-referrer");
+  await page.getByText("Kaffa Coffee Roasters").waitFor();
+  await until("the amount", async () => (await page.locator("#amount").textContent()) === "25.00");
+  assert.equal(await page.locator("#symbol").textContent(), "dUSD");
+  await accessible(page, "the created page (en)");
+  await shot(page, "en-created");
+  await page.getByRole("button", { name: "Connect wallet" }).click();
+  const pay = page.getByRole("button", { name: "Pay 25.00 dUSD" });
+  await until("Pay enabled", () => pay.isEnabled());
+  assert.deepEqual(wallet.switched, ["0x7a69"], "the wallet was switched to chain 31337");
+  await shot(page, "en-connected");
+  await pay.click();
+  await until("succeeded", async () => /Paid\. Transaction 0x[0-9a-f]{64}/.test(await status(page).textContent()));
+  assert.equal(balanceOf(DEVNET_USD, MERCHANT) - before, 25000000n);
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.equal(body.state, "succeeded");
+  assert.ok((await status(page).textContent()).includes(body.settlement.transaction_hash));
+  await accessible(page, "the succeeded page (en)");
+  await shot(page, "en-succeeded");
+  await context.close();
+});
+
+test("a payer pays in USDC, in Traditional Chinese, on a phone", async () => {
+  const intent = await createIntent({ token: USDC, amount: "12500000" });
+  const before = balanceOf(USDC, MERCHANT);
+  const { page, context } = await walletPage({ language: "zh-TW", chainId: "0x7a69" });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(intent.checkout_url);
+  assert.equal(await page.locator("html").getAttribute("lang"), "zh-TW");
+  await page.getByText("付款給").waitFor();
+  await until("the amount", async () => (await page.locator("#amount").textContent()) === "12.50");
+  assert.equal(await page.locator("#symbol").textContent(), "USDC");
+  await accessible(page, "the created page (zh-TW)");
+  await shot(page, "zh-TW-created");
+  await page.getByRole("button", { name: "連接錢包" }).click();
+  const pay = page.getByRole("button", { name: "支付 12.50 USDC" });
+  await until("Pay enabled", () => pay.isEnabled());
+  await pay.click();
+  await until("succeeded", async () => (await status(page).textContent()).startsWith("已付款"));
+  assert.equal(balanceOf(USDC, MERCHANT) - before, 12500000n);
+  await accessible(page, "the succeeded page (zh-TW)");
+  await shot(page, "zh-TW-succeeded");
+  // The switch: the same page in English.
+  await page.getByRole("button", { name: "EN" }).click();
+  await until("English", async () => (await status(page).textContent()).startsWith("Paid."));
+  await context.close();
+});
+
+test("a wallet on another account is told plainly and cannot pay", async () => {
+  const intent = await createIntent();
+  const { page, context } = await walletPage({ account: STRANGER });
+  await page.goto(intent.checkout_url);
+  await page.getByRole("button", { name: "Connect wallet" }).click();
+  await page.getByText(/must come from 0x7099…79C8/).waitFor();
+  assert.equal(await page.getByRole("button", { name: /^Pay/ }).isDisabled(), true);
+  await shot(page, "en-wrong-account");
+  await context.close();
+});
+
+test("a rejected signature changes nothing and says so", async () => {
+  const intent = await createIntent();
+  const { page, context } = await walletPage({ reject: true, language: "zh-TW" });
+  await payThrough(page, intent);
+  await until("the rejection said", async () => (await status(page).textContent()).includes("拒絕了簽署"));
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.equal(body.state, "created");
+  await shot(page, "zh-TW-rejected");
+  await context.close();
+});
+
+test("an expired intent says it expired, and cannot be paid", async () => {
+  const intent = await createIntent({ expires: 60 });
+  const { page, context } = await walletPage();
+  // The chain's time passes the authorization's validBefore; the follower expires the intent.
+  await rpc("evm_increaseTime", [120]);
+  await rpc("evm_mine");
+  await until("expired", async () => (await merchant("GET", `/v1/payment_intents/${intent.id}`)).body.state === "canceled");
+  await page.goto(intent.checkout_url);
+  await until("expired shown", async () => (await status(page).textContent()) === "This payment request expired.");
+  assert.equal(await page.getByRole("button", { name: "Connect wallet" }).isHidden(), true);
+  await accessible(page, "the expired page");
+  await shot(page, "en-expired");
+  await context.close();
+});
+
+test("a page reloaded mid-payment shows the true state", async () => {
+  const intent = await createIntent();
+  const { page, context } = await walletPage({ chainId: "0x7a69" });
+  // Blocks wait for the test: the relayer's transaction stays pending, the intent processing.
+  await rpc("evm_setAutomine", [false]);
+  try {
+    await payThrough(page, intent);
+    await until("processing", async () => (await merchant("GET", `/v1/payment_intents/${intent.id}`)).body.state === "processing");
+    await page.reload();
+    await until("processing after the reload", async () => /^Payment sent/.test(await status(page).textContent()));
+    await shot(page, "en-processing");
+    await until("the relayer's transaction", async () => (await rpc("txpool_status")).pending !== "0x0");
+    await rpc("evm_mine");
+  } finally {
+    await rpc("evm_setAutomine", [true]);
+  }
+  await until("succeeded after the reload", async () => /^Paid\./.test(await status(page).textContent()));
+  await context.close();
+});
+
+test("two tabs paying at once pay once", async () => {
+  const intent = await createIntent({ amount: "7000000" });
+  const before = balanceOf(DEVNET_USD, MERCHANT);
+  const first = await walletPage({ chainId: "0x7a69" });
+  const second = await walletPage({ chainId: "0x7a69" });
+  for (const { page } of [first, second]) {
+    await page.goto(intent.checkout_url);
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    await until("Pay enabled", () => page.getByRole("button", { name: /^Pay/ }).isEnabled());
+  }
+  await Promise.all([first, second].map(({ page }) => page.getByRole("button", { name: /^Pay/ }).click()));
+  for (const { page } of [first, second]) {
+    await until("succeeded in both tabs", async () => /^Paid\./.test(await status(page).textContent()));
+  }
+  assert.equal(balanceOf(DEVNET_USD, MERCHANT) - before, 7000000n, "paid once");
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.equal(body.version, 3, "created, processing, succeeded: one confirm");
+  await first.context.close();
+  await second.context.close();
+});
+
+test("a client secret opens its own intent's checkout only, and never reaches the log", async () => {
+  const one = await createIntent();
+  const other = await createIntent();
+  const secret = one.client_secret;
+  const bearer = { Authorization: `Bearer ${secret}` };
+  assert.equal((await fetch(`${base}/v1/checkout/${one.id}`, { headers: bearer })).status, 200);
+  const view = await (await fetch(`${base}/v1/checkout/${one.id}`, { headers: bearer })).json();
+  assert.equal(view.metadata, undefined);
+  assert.equal(view.client_secret, undefined);
+  for (const route of [`/v1/checkout/${other.id}`, `/v1/checkout/${other.id}/authorization`]) {
+    assert.equal((await fetch(`${base}${route}`, { headers: bearer })).status, 404, route);
+  }
+  const foreign = await fetch(`${base}/v1/checkout/${other.id}/confirm`, {
+    method: "POST", headers: { ...bearer, "content-type": "application/json" }, body: JSON.stringify({ signature: `0x${"11".repeat(65)}` }),
+  });
+  assert.equal(foreign.status, 404);
+  for (const route of [`/v1/payment_intents/${one.id}`, "/v1/payment_intents", "/v1/balances"]) {
+    assert.equal((await fetch(`${base}${route}`, { headers: bearer })).status, 401, route);
+  }
+  // Confirms are limited per intent: the eleventh in a minute is 429, with Retry-After.
+  let limited = null;
+  for (let i = 0; i < 12 && !limited; i++) {
+    const answer = await fetch(`${base}/v1/checkout/${other.id}/confirm`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${other.client_secret}`, "content-type": "application/json", "Idempotency-Key": `bad-${i}` },
+      body: JSON.stringify({ signature: `0x${"11".repeat(65)}` }),
+    });
+    if (answer.status === 429) limited = answer;
+    else assert.equal(answer.status, 400);
+  }
+  assert.ok(limited, "the confirms were rate limited");
+  assert.ok(Number(limited.headers.get("retry-after")) >= 1);
+  // The page a payer opened sent the secret in a header only: no log line holds it.
+  const { page, context } = await walletPage();
+  await page.goto(one.checkout_url);
+  await page.getByText("Kaffa Coffee Roasters").waitFor();
+  await context.close();
+  assert.ok(apiLog.includes(`/checkout/${one.id}`) || apiLog.includes("/v1/checkout/{id}"), "the log has the requests");
+  assert.ok(!apiLog.includes(secret.split("_secret_")[1]), "the client secret is not in the log");
+});
