@@ -331,6 +331,32 @@ test("a page reloaded mid-payment shows the true state", async () => {
   await context.close();
 });
 
+test("a confirm whose answer is lost is retried with the same key and pays once", async () => {
+  const intent = await createIntent({ amount: "3000000" });
+  const before = balanceOf(DEVNET_USD, MERCHANT);
+  const { page, context } = await walletPage({ chainId: "0x7a69" });
+  const keys = [];
+  let dropped = 0;
+  // The first confirm reaches the server, which commits it; its answer never reaches the page.
+  await page.route("**/v1/checkout/*/confirm", async (route) => {
+    keys.push(route.request().headers()["idempotency-key"]);
+    if (dropped++ === 0) {
+      await route.fetch();
+      await route.abort("connectionreset");
+    } else {
+      await route.continue();
+    }
+  });
+  await payThrough(page, intent);
+  await until("succeeded", async () => /^Paid\./.test(await status(page).textContent()));
+  await until("the page to send the confirm again", () => keys.length >= 2);
+  assert.equal(new Set(keys).size, 1, "with the same Idempotency-Key");
+  assert.equal(balanceOf(DEVNET_USD, MERCHANT) - before, 3000000n);
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.equal(body.version, 3, "confirmed once");
+  await context.close();
+});
+
 test("two tabs paying at once pay once", async () => {
   const intent = await createIntent({ amount: "7000000" });
   const before = balanceOf(DEVNET_USD, MERCHANT);
