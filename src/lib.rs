@@ -14,6 +14,7 @@
 //!   outbox, relayer and follower
 //! - [`checkout`]: the page a payer opens from an intent's `checkout_url`, and its API, opened
 //!   by the intent's client secret
+//! - [`x402`]: payments-api as an x402 facilitator (`/x402/supported`, `/x402/verify`)
 //! - [`merchants`]: the merchant's own settings (the name payers see)
 //! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
@@ -48,3 +49,4 @@ pub mod sweeper;
 pub mod telemetry;
 pub mod webhooks;
 pub mod workers;
+pub mod x402;

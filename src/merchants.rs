@@ -66,7 +66,7 @@ pub async fn show(
     request_body(content = UpdateMerchant, content_type = "application/json"),
     responses(
         (status = 200, description = "The merchant's settings now", body = Merchant),
-        (status = 400, description = "`invalid_request`: the name is empty or longer than 100 characters", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: the name is empty, longer than 100 characters or holds control characters", body = ErrorBody),
     )
 )]
 pub async fn update(
@@ -75,9 +75,9 @@ pub async fn update(
     JsonBody(request): JsonBody<UpdateMerchant>,
 ) -> Result<Json<Merchant>, ApiError> {
     let name = request.display_name.trim();
-    if !(1..=100).contains(&name.chars().count()) {
+    if !(1..=100).contains(&name.chars().count()) || name.chars().any(char::is_control) {
         return Err(ApiError::InvalidRequest(
-            "display_name: must be 1 to 100 characters".to_owned(),
+            "display_name: must be 1 to 100 characters, none of them control characters".to_owned(),
         ));
     }
     sqlx::query!(

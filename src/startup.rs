@@ -97,7 +97,14 @@ impl Application {
         let bootstrap = (!self.bootstrap.is_done())
             .then(|| tokio::spawn(self.bootstrap.store_when_possible(self.pool.clone())));
         tokio::spawn(report_database(self.pool.clone()));
-        serve(self.listener, self.router, self.request_timeout).await;
+        let changes = self.changes.clone();
+        serve(
+            self.listener,
+            self.router,
+            self.request_timeout,
+            move || changes.stop(),
+        )
+        .await;
         bootstrap.iter().for_each(|task| task.abort());
         // Every worker keeps its state in PostgreSQL: a unit cut short rolls back and is done
         // again by the next replica or start (a delivery once its lease passes).
@@ -190,7 +197,13 @@ async fn report_database(pool: db::Pool) {
 /// holding a connection forever. The body has the same deadline in the idempotency layer.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-async fn serve(listener: TcpListener, router: axum::Router, request_timeout: Duration) {
+/// `stopping` runs once the server stops accepting, before it waits for open connections.
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    request_timeout: Duration,
+    stopping: impl FnOnce(),
+) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(request_timeout)
@@ -224,6 +237,7 @@ async fn serve(listener: TcpListener, router: axum::Router, request_timeout: Dur
         });
     }
     drop(listener);
+    stopping();
     // Idle keep-alive connections are closed at once; busy ones finish their request, within the
     // request timeout plus a little, or are dropped (their transactions roll back).
     tokio::select! {

@@ -37,6 +37,8 @@ pub struct Authorization {
     pub from: Address,
     pub to: Address,
     pub value: U256,
+    /// 0 for ours; an x402 client chooses its own.
+    pub valid_after: u64,
     pub valid_before: u64,
     pub nonce: B256,
 }
@@ -47,7 +49,7 @@ impl Authorization {
             from: self.from,
             to: self.to,
             value: self.value,
-            validAfter: U256::ZERO,
+            validAfter: U256::from(self.valid_after),
             validBefore: U256::from(self.valid_before),
             nonce: self.nonce,
         }
@@ -74,7 +76,7 @@ impl Authorization {
         message["from"] = self.from.to_checksum(None).into();
         message["to"] = self.to.to_checksum(None).into();
         message["value"] = self.value.to_string().into();
-        message["validAfter"] = "0".into();
+        message["validAfter"] = self.valid_after.to_string().into();
         message["validBefore"] = self.valid_before.to_string().into();
         document
     }
@@ -263,6 +265,7 @@ mod tests {
                 .parse()
                 .unwrap(),
             value: U256::from(100_000_000u64),
+            valid_after: 0,
             valid_before: 1_800_000_000,
             nonce: B256::repeat_byte(7),
         }

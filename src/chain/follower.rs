@@ -159,10 +159,17 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
         chain: &ChainEndpoint,
         observation: &Observation,
     ) -> Result<&'static str, sqlx::Error> {
-        if self.1.applies(&observation.kind) {
+        if self.0.applies(&observation.kind) {
+            self.0.apply(tx, chain, observation).await
+        } else if self.1.applies(&observation.kind) {
             self.1.apply(tx, chain, observation).await
         } else {
-            self.0.apply(tx, chain, observation).await
+            // Made by a newer replica's watch this one lacks (a rolling deploy): not applied, and
+            // not marked applied, so the replica that knows its kind applies it.
+            Err(sqlx::Error::Protocol(format!(
+                "an observation of kind {} that no watch here applies",
+                observation.kind
+            )))
         }
     }
 

@@ -109,12 +109,21 @@ pub async fn inspect(
         reverted(e)?;
         return unsupported("does not implement EIP-3009 (authorizationState)");
     }
+    // For people only: a symbol is kept as printable text of at most 32 characters, decimals
+    // only where a uint256 amount can have them.
     let symbol = match token.symbol().call().await {
-        Ok(symbol) => Some(symbol),
+        Ok(symbol) => Some(
+            symbol
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(32)
+                .collect::<String>(),
+        )
+        .filter(|s| !s.is_empty()),
         Err(e) => reverted(e).map(|()| None)?,
     };
     let decimals = match token.decimals().call().await {
-        Ok(decimals) => Some(decimals),
+        Ok(decimals) => Some(decimals).filter(|d| *d <= 77),
         Err(e) => reverted(e).map(|()| None)?,
     };
     Ok(TokenSupport::Eip3009 {
@@ -123,6 +132,28 @@ pub async fn inspect(
         contract_signatures: has_bytes_form(node, address).await?,
         units: Units { symbol, decimals },
     })
+}
+
+/// Whether `authorizer`'s `nonce` is used (or canceled) on the token, and what `authorizer` holds
+/// of it: what an authorization about to be submitted needs of the chain.
+pub async fn authorizer_state(
+    node: &Node,
+    token: Address,
+    authorizer: Address,
+    nonce: B256,
+) -> Result<(bool, U256), ChainError> {
+    let token = Eip712Token::new(token, node);
+    let used = token
+        .authorizationState(authorizer, nonce)
+        .call()
+        .await
+        .map_err(ChainError::from)?;
+    let balance = token
+        .balanceOf(authorizer)
+        .call()
+        .await
+        .map_err(ChainError::from)?;
+    Ok((used, balance))
 }
 
 /// How people read a token's amounts: its symbol and decimals, if it says.
@@ -172,6 +203,7 @@ sol! {
         function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
         function symbol() external view returns (string);
         function decimals() external view returns (uint8);
+        function balanceOf(address holder) external view returns (uint256);
     }
 }
 

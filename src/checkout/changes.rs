@@ -1,5 +1,5 @@
-//! Tells open checkout pages that their intent changed. Every event's transaction notifies
-//! `events::CHANGED_CHANNEL` with its subject's id; this worker, one `LISTEN` per replica on the
+//! Tells open checkout pages that their intent changed. The transaction of every change of an
+//! intent notifies `events::CHANGED_CHANNEL` with its id; this worker, one `LISTEN` per replica on the
 //! server that takes writes, passes each id to the page streams of this replica, which read their
 //! intent again. A notification missed while the connection was down costs only a poll: a stream
 //! also reads its intent every few seconds.
@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use sqlx::postgres::PgListener;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use crate::{
     db::servers::Servers,
@@ -18,20 +18,36 @@ use crate::{
 /// How long one unit listens before it returns (and says it is alive).
 const LISTEN_FOR: Duration = Duration::from_secs(10);
 
-/// The ids of subjects that changed, for this replica's streams to filter.
+/// The ids of intents that changed, for this replica's streams to filter, and whether the server
+/// is stopping (streams then end at once, so they do not hold the graceful shutdown).
 #[derive(Clone)]
-pub struct Changes(broadcast::Sender<Arc<str>>);
+pub struct Changes {
+    changed: broadcast::Sender<Arc<str>>,
+    stopping: Arc<watch::Sender<bool>>,
+}
 
 impl Default for Changes {
     fn default() -> Self {
-        // A stream that lags behind just reads its intent again.
-        Self(broadcast::channel(1024).0)
+        Self {
+            // A stream that lags behind just reads its intent again.
+            changed: broadcast::channel(1024).0,
+            stopping: Arc::new(watch::channel(false).0),
+        }
     }
 }
 
 impl Changes {
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
-        self.0.subscribe()
+        self.changed.subscribe()
+    }
+
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// The server stops accepting: every open stream ends.
+    pub fn stop(&self) {
+        self.stopping.send_replace(true);
     }
 }
 
@@ -71,7 +87,7 @@ impl Worker for ChangesWorker {
             Err(_) => Ok(Next::Again),
             Ok(Ok(Some(notification))) => {
                 // No stream open is no error.
-                let _ = self.changes.0.send(Arc::from(notification.payload()));
+                let _ = self.changes.changed.send(Arc::from(notification.payload()));
                 Ok(Next::Again)
             }
             Ok(Ok(None)) => {

@@ -28,11 +28,11 @@ use super::{
     view::{self, CheckoutView},
 };
 use crate::{
-    chain::token::{TokenSupport, Units},
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
     extract::JsonBody,
     idempotency::{IdempotencyState, idempotency_layer},
+    intents::state::Actor,
     settlement::{
         Chains, payments,
         routes::{AuthorizationDocument, ConfirmRequest},
@@ -97,34 +97,31 @@ async fn asset(Path(name): Path<String>) -> Response {
     page::asset(&name)
 }
 
-/// The token's symbol and decimals, as read with its domain; none if the chain is not served or
-/// the token cannot be read now (the page then shows base units).
-async fn units_of(conn: &mut sqlx::PgConnection, chains: &Chains, view: &CheckoutView) -> Units {
-    let Some((endpoint, node)) = chains.get(&view.chain) else {
-        return Units::default();
-    };
-    let Ok(token) = view.token.parse() else {
-        return Units::default();
-    };
-    match tokens::resolve(conn, endpoint, node, token).await {
-        Ok(TokenSupport::Eip3009 { units, .. }) => units,
-        _ => Units::default(),
-    }
-}
-
+/// The intent as its page shows it. A token never read yet is read first (once: its units are
+/// kept with its domain); one whose chain is not served or does not answer shows base units.
 async fn current(
     conn: &mut sqlx::PgConnection,
     chains: &Chains,
     access: &CheckoutAccess,
 ) -> Result<CheckoutView, ApiError> {
     let not_found = || ApiError::NotFound("no checkout for that intent".to_owned());
-    let bare = view::find(conn, &access.intent, &Units::default())
+    let (view, read) = view::find(conn, &access.intent)
         .await?
         .ok_or_else(not_found)?;
-    let units = units_of(conn, chains, &bare).await;
-    view::find(conn, &access.intent, &units)
-        .await?
-        .ok_or_else(not_found)
+    if read {
+        return Ok(view);
+    }
+    let (Some((endpoint, node)), Ok(token)) = (chains.get(&view.chain), view.token.parse()) else {
+        return Ok(view);
+    };
+    match tokens::resolve(conn, endpoint, node, token).await {
+        Ok(_) => Ok(view::find(conn, &access.intent)
+            .await?
+            .ok_or_else(not_found)?
+            .0),
+        Err(tokens::ResolveError::Chain(_)) => Ok(view),
+        Err(tokens::ResolveError::Database(e)) => Err(e.into()),
+    }
 }
 
 /// The intent as its checkout page shows it.
@@ -190,7 +187,9 @@ pub async fn authorization(
         (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_state_transition`", body = ErrorBody),
-        (status = 429, description = "`rate_limited`: too many confirms of this intent (with `Retry-After`)", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: too many confirms of this intent", body = ErrorBody,
+         headers(("Retry-After" = u64, description = "Seconds until a confirm of this intent is accepted again"))),
     )
 )]
 pub async fn confirm(
@@ -200,6 +199,10 @@ pub async fn confirm(
     mut tx: Tx,
     JsonBody(request): JsonBody<ConfirmRequest>,
 ) -> Result<Json<CheckoutView>, ApiError> {
+    // Intents paid long ago need no bucket: the map is pruned as it grows.
+    if limiter.len() > 4096 {
+        limiter.retain_recent();
+    }
     if let Err(not_until) = limiter.check_key(&access.intent.as_str().to_owned()) {
         let wait = not_until.wait_time_from(governor::clock::Clock::now(
             &governor::clock::DefaultClock::default(),
@@ -214,6 +217,7 @@ pub async fn confirm(
         &access.merchant,
         access.intent.as_str(),
         &request.signature,
+        &Actor::Checkout,
     )
     .await?;
     Ok(Json(current(&mut tx, &chains, &access).await?))
@@ -227,7 +231,10 @@ pub async fn confirm(
     operation_id = "follow_checkout",
     tag = "checkout",
     params(("id" = String, Path, description = "The intent id")),
-    responses((status = 200, description = "text/event-stream of `intent` events, each a CheckoutView"))
+    responses(
+        (status = 200, description = "text/event-stream of `intent` events, each a CheckoutView"),
+        (status = 404, description = "`not_found`: no such intent, or not its secret", body = ErrorBody),
+    )
 )]
 pub async fn events(
     State(pool): State<Pool>,
@@ -240,6 +247,7 @@ pub async fn events(
         chains: Chains,
         access: CheckoutAccess,
         changes: tokio::sync::broadcast::Receiver<Arc<str>>,
+        stopping: tokio::sync::watch::Receiver<bool>,
         shown: Option<(i32, Option<String>)>,
         until: tokio::time::Instant,
     }
@@ -247,6 +255,7 @@ pub async fn events(
         pool,
         chains,
         changes: changes.subscribe(),
+        stopping: changes.stopping(),
         access,
         shown: None,
         until: tokio::time::Instant::now() + STREAM_FOR,
@@ -271,9 +280,13 @@ pub async fn events(
                     f.until
                         .saturating_duration_since(tokio::time::Instant::now()),
                 );
-                let _ = tokio::time::timeout(wait, woken).await;
+                let stopping = f.stopping.wait_for(|stopping| *stopping);
+                tokio::select! {
+                    _ = tokio::time::timeout(wait, woken) => {}
+                    _ = stopping => return None,
+                }
             }
-            if tokio::time::Instant::now() >= f.until {
+            if tokio::time::Instant::now() >= f.until || *f.stopping.borrow() {
                 return None;
             }
             let read = match f.pool.acquire().await {

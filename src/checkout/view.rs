@@ -5,10 +5,7 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::{
-    chain::token::Units,
-    intents::{domain::IntentId, state::IntentState},
-};
+use crate::intents::{domain::IntentId, state::IntentState};
 
 /// An intent as its checkout page shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -41,48 +38,77 @@ pub struct CheckoutView {
     pub transaction_hash: Option<String>,
 }
 
-/// The intent `id` as its page shows it, with the token's units as known.
+/// An intent row as [`find`] reads it, with its token's units.
+struct Row {
+    id: String,
+    state: IntentState,
+    version: i32,
+    amount: String,
+    chain: String,
+    token: String,
+    payer: String,
+    payee: String,
+    merchant_name: String,
+    expires_at: OffsetDateTime,
+    cancellation_reason: Option<String>,
+    failure_reason: Option<String>,
+    pending_reason: Option<String>,
+    transaction_hash: Option<String>,
+    symbol: Option<String>,
+    decimals: Option<i16>,
+    read: bool,
+}
+
+/// The intent `id` as its page shows it, with its token's units as read with the token's domain,
+/// and whether the token was read at all (`false`: read it, then ask again).
 pub async fn find(
     conn: &mut PgConnection,
     id: &IntentId,
-    units: &Units,
-) -> Result<Option<CheckoutView>, sqlx::Error> {
-    let row = sqlx::query!(
+) -> Result<Option<(CheckoutView, bool)>, sqlx::Error> {
+    let row = sqlx::query_as!(
+        Row,
         r#"
         SELECT p.id, p.state AS "state: IntentState", p.version, p.amount::text AS "amount!", p.chain, p.token,
                p.payer, p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
                p.cancellation_reason, p.failure_reason, p.pending_reason,
-               p.settlement->>'transaction_hash' AS transaction_hash
-          FROM payment_intents p LEFT JOIN merchants m ON m.id = p.merchant_id
+               p.settlement->>'transaction_hash' AS transaction_hash,
+               t.symbol AS "symbol?", t.decimals AS "decimals?", t.address IS NOT NULL AS "read!"
+          FROM payment_intents p
+          LEFT JOIN merchants m ON m.id = p.merchant_id
+          LEFT JOIN chain_tokens t ON t.address = p.token AND p.chain = 'evm:' || t.chain_id
          WHERE p.id = $1
         "#,
         id.as_str(),
     )
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| CheckoutView {
-        amount_display: units.decimals.map(|d| in_units(&r.amount, d)),
-        symbol: units.symbol.clone(),
-        decimals: units.decimals,
-        chain_id: r
-            .chain
-            .strip_prefix("evm:")
-            .and_then(|id| id.parse().ok())
-            .unwrap_or(0),
-        id: r.id,
-        state: r.state,
-        version: r.version,
-        amount: r.amount,
-        chain: r.chain,
-        token: r.token,
-        payer: r.payer,
-        merchant: r.payee,
-        merchant_name: r.merchant_name,
-        expires_at: r.expires_at,
-        cancellation_reason: r.cancellation_reason,
-        failure_reason: r.failure_reason,
-        pending_reason: r.pending_reason,
-        transaction_hash: r.transaction_hash,
+    Ok(row.map(|r| {
+        let decimals = r.decimals.and_then(|d| u8::try_from(d).ok());
+        let view = CheckoutView {
+            amount_display: decimals.map(|d| in_units(&r.amount, d)),
+            symbol: r.symbol,
+            decimals,
+            chain_id: r
+                .chain
+                .strip_prefix("evm:")
+                .and_then(|id| id.parse().ok())
+                .unwrap_or(0),
+            id: r.id,
+            state: r.state,
+            version: r.version,
+            amount: r.amount,
+            chain: r.chain,
+            token: r.token,
+            payer: r.payer,
+            merchant: r.payee,
+            merchant_name: r.merchant_name,
+            expires_at: r.expires_at,
+            cancellation_reason: r.cancellation_reason,
+            failure_reason: r.failure_reason,
+            pending_reason: r.pending_reason,
+            transaction_hash: r.transaction_hash,
+        };
+        (view, r.read)
     }))
 }
 

@@ -11,7 +11,7 @@ pub mod store;
 pub use routes::router;
 pub use store::{NewEvent, delete_expired, record};
 
-/// The channel every event's transaction notifies with its subject's id.
+/// The channel a change of an intent notifies with the intent's id (`store::record`).
 pub const CHANGED_CHANNEL: &str = "subject_changed";
 
 /// Every event type there is. Endpoints may subscribe to any of them.

@@ -19,8 +19,8 @@ pub struct NewEvent<'a> {
 }
 
 /// Records an event and queues its delivery to every enabled endpoint of the merchant subscribed
-/// to its type, in one statement on the caller's transaction, which notifies `CHANGED_CHANNEL`
-/// with the subject's id at commit (open checkout pages follow it).
+/// to its type, in one statement on the caller's transaction; a change of an intent after its
+/// creation also notifies `CHANGED_CHANNEL` with its id at commit (open checkout pages follow it).
 pub async fn record(
     conn: &mut PgConnection,
     merchant: &str,
@@ -31,8 +31,11 @@ pub async fn record(
         WITH event AS (
             INSERT INTO events (merchant_id, id, type, subject_id, subject_version, object)
             VALUES ($1, $2, $3, $4, $5, $6::text::json)
-            -- In RETURNING, so it runs whatever the deliveries below select.
-            RETURNING merchant_id, id, type, pg_notify($7, subject_id) AS notified
+            -- In RETURNING, so it runs whatever the deliveries below select. Only a change of an
+            -- intent that exists already: that is what open checkout pages follow.
+            RETURNING merchant_id, id, type,
+                      CASE WHEN type LIKE 'payment_intent.%' AND type <> 'payment_intent.created'
+                           THEN pg_notify($7, subject_id) END AS notified
         )
         INSERT INTO webhook_deliveries (merchant_id, event_id, endpoint_id)
         SELECT e.merchant_id, e.id, w.id

@@ -57,13 +57,24 @@ pub fn router(
     let authenticator = auth::Authenticator::new(pool.clone());
     let api = intents::router(settings.settlement.chain_names(), &settings.public_base_url)
         .merge(settlement::routes::router(chains.clone()))
-        .merge(refunds::router(chains))
+        .merge(refunds::router(chains.clone()))
         .merge(merchants::router())
         .merge(ledger::router())
         .merge(idempotency::router())
         .merge(events::router())
         .merge(webhooks::router(pool.clone(), settings.webhooks))
         .route_layer(from_fn_with_state(idempotency, idempotency_layer))
+        .route_layer(from_fn_with_state(
+            authenticator.clone(),
+            auth::require_merchant,
+        ))
+        .route_layer(from_fn_with_state(
+            settings.request_timeout,
+            deadline::enforce,
+        ));
+    // The x402 facilitator: the merchant's key, the deadline; verify writes nothing, so no
+    // idempotency layer (`docs/x402.md`).
+    let x402 = crate::x402::router(chains.clone())
         .route_layer(from_fn_with_state(
             authenticator.clone(),
             auth::require_merchant,
@@ -90,6 +101,7 @@ pub fn router(
     Router::new()
         .merge(api)
         .merge(checkout)
+        .merge(x402)
         .merge(unknown_api)
         .merge(operations)
         .fallback(no_such_endpoint)

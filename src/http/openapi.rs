@@ -36,6 +36,8 @@ use crate::{
         checkout::routes::authorization,
         checkout::routes::confirm,
         checkout::routes::events,
+        crate::x402::routes::supported,
+        crate::x402::routes::verify,
         merchants::show,
         merchants::update,
         refunds::routes::create,
@@ -64,6 +66,7 @@ use crate::{
         (name = "payment_intents", description = "Create, read, list and cancel payment intents"),
         (name = "settlement", description = "Pay an intent on chain with an EIP-3009 authorization"),
         (name = "checkout", description = "The page a payer opens from `checkout_url`, and its API: the bearer there is the intent's `client_secret`, which opens that intent's public view and confirm only"),
+        (name = "x402", description = "payments-api as an x402 facilitator: `HTTPFacilitatorClient` with `url: <base>/x402` and the merchant's API key"),
         (name = "merchant", description = "The merchant's own settings"),
         (name = "refunds", description = "Pay a paid intent back, in whole or in part, by an authorization the merchant signs"),
         (name = "idempotency", description = "Reconciliation of Idempotency-Keys"),
@@ -102,16 +105,33 @@ impl Modify for GenericLayers {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        components.add_security_scheme(
+            "client_secret",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The intent's `client_secret` (from its `checkout_url`'s fragment): opens that intent's checkout only",
+                    ))
+                    .build(),
+            ),
+        );
 
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !path.starts_with("/v1/") {
+            // The facilitator's routes take the merchant's key too, outside the idempotency layer.
+            let facilitator = path.starts_with("/x402/");
+            if !path.starts_with("/v1/") && !facilitator {
                 continue;
             }
+            // A checkout page's bearer is its intent's client secret, not an API key.
+            let scheme = if path.starts_with("/v1/checkout/") {
+                "client_secret"
+            } else {
+                "bearer"
+            };
             for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
-                operation.security = Some(vec![SecurityRequirement::new(
-                    "bearer",
-                    Vec::<String>::new(),
-                )]);
+                operation.security =
+                    Some(vec![SecurityRequirement::new(scheme, Vec::<String>::new())]);
                 add_error(
                     operation,
                     "401",
@@ -128,7 +148,7 @@ impl Modify for GenericLayers {
                     "`unavailable`: the database is unreachable; nothing was committed. Carries `Retry-After`",
                 );
             }
-            if let Some(operation) = item.post.as_mut() {
+            if let Some(operation) = item.post.as_mut().filter(|_| !facilitator) {
                 idempotent_post(operation);
             }
         }

@@ -47,6 +47,8 @@ pub enum Actor {
     System,
     /// A confirmed block on the intent's chain.
     Chain,
+    /// The intent's payer, through its checkout page (its client secret).
+    Checkout,
 }
 
 /// One allowed move: in `from`, `action` leads to `to`, recording `cancellation_reason` or
@@ -217,6 +219,7 @@ impl Actor {
             Self::Merchant(id) => format!("merchant:{id}"),
             Self::System => "system".to_owned(),
             Self::Chain => "chain".to_owned(),
+            Self::Checkout => "checkout".to_owned(),
         }
     }
 }

@@ -37,13 +37,15 @@ pub async fn authorization(
 }
 
 /// Confirms the intent with the payer's `signature` of its authorization: `created` →
-/// `processing` and the submission queued, both in `tx`, or nothing.
+/// `processing` and the submission queued, both in `tx`, or nothing. `actor` is who sent it (the
+/// merchant, or the payer through the checkout page).
 pub async fn confirm(
     tx: &mut PgConnection,
     chains: &Chains,
     merchant: &MerchantId,
     raw_id: &str,
     signature: &str,
+    actor: &Actor,
 ) -> Result<PaymentIntent, ApiError> {
     let intent = payable(tx, chains, merchant, raw_id).await?;
     let (authorization, token) = authorization_of(tx, chains, &intent).await?;
@@ -56,13 +58,12 @@ pub async fn confirm(
         "payer",
     )
     .await?;
-    let actor = Actor::Merchant(merchant.as_str().to_owned());
     let confirmed = repo::apply_paid(
         tx,
         merchant.as_str(),
         &intent.id,
         Action::Confirm,
-        &actor,
+        actor,
         None,
     )
     .await
@@ -252,6 +253,7 @@ pub async fn authorization_for(
         from: address(terms.from)?,
         to: address(terms.to)?,
         value,
+        valid_after: 0,
         valid_before: terms.valid_before,
         nonce: B256::from(terms.nonce),
     };

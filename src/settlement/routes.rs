@@ -15,7 +15,7 @@ use crate::{
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
     extract::{JsonBody, PathParam},
-    intents::repo::PaymentIntent,
+    intents::{repo::PaymentIntent, state::Actor},
 };
 
 pub fn router(chains: Chains) -> Router<Pool> {
@@ -103,6 +103,8 @@ pub async fn confirm(
     PathParam(id): PathParam,
     JsonBody(request): JsonBody<ConfirmRequest>,
 ) -> Result<Json<PaymentIntent>, ApiError> {
-    let confirmed = payments::confirm(&mut tx, &chains, &merchant, &id, &request.signature).await?;
+    let actor = Actor::Merchant(merchant.as_str().to_owned());
+    let confirmed =
+        payments::confirm(&mut tx, &chains, &merchant, &id, &request.signature, &actor).await?;
     Ok(Json(confirmed))
 }

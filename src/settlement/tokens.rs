@@ -60,6 +60,13 @@ pub async fn resolve(
         return Ok(stored.clone());
     }
     let support = match (token::inspect(node, chain.id, address).await, stored) {
+        // A token with code a moment ago that has none now is a node behind, not a token gone.
+        (Ok(TokenSupport::NotSupported(why)), Some(stored @ TokenSupport::Eip3009 { .. }))
+            if why.starts_with("no contract") =>
+        {
+            tracing::warn!(token = %text, chain = %chain.name, "the node says the token has no code; keeping what was read of it");
+            return Ok(stored);
+        }
         (Ok(support), _) => support,
         (Err(ChainError::Unreachable(_)), Some(stored)) => return Ok(stored),
         (Err(e), _) => return Err(e.into()),

@@ -100,9 +100,11 @@ pub async fn nonce_interest(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
 ) -> Result<Interest, sqlx::Error> {
-    // Every token an authorization was built for was read and stored first.
+    // Every token an authorization was built for was read and stored first. A token stays of
+    // interest once read, whatever a later reading says: a node that briefly answers "no code", or
+    // an upgrade, must not let the follower pass blocks without looking at the token's logs.
     let tokens = sqlx::query_scalar!(
-        "SELECT address FROM chain_tokens WHERE chain_id = $1 AND supports_eip3009",
+        "SELECT address FROM chain_tokens WHERE chain_id = $1",
         chain.id as i64,
     )
     .fetch_all(conn)

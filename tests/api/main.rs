@@ -19,3 +19,4 @@ mod settlement;
 mod settlement_faults;
 mod usdc;
 mod webhooks;
+mod x402;

@@ -725,6 +725,7 @@ async fn the_outbox_migration_encodes_a_queued_authorization_as_the_relayer_does
         from: PAYER.parse().unwrap(),
         to: PAYEE.parse::<Address>().unwrap(),
         value: U256::from(123_456_789_012_345_678_u128),
+        valid_after: 0,
         valid_before: 1_900_000_000,
         nonce: B256::repeat_byte(0xab),
     };

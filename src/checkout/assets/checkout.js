@@ -25,6 +25,8 @@ const STRINGS = {
     wrong_chain: "Your wallet could not switch to {chain}. Add that network to your wallet and try again.",
     rejected: "You declined the signature. Nothing was sent; you can try again.",
     connect_rejected: "You declined the connection request.",
+    connect_failed: "The wallet did not connect: {detail}",
+    gave_up: "The payment could not be confirmed for now. Reload this page to see where it stands.",
     failed_to_send: "The payment could not be confirmed: {detail}",
     created: "Waiting for your payment.",
     processing: "Payment sent. Waiting for confirmation on chain…",
@@ -64,6 +66,8 @@ const STRINGS = {
     wrong_chain: "錢包無法切換到 {chain}。請先在錢包中加入該網路，再試一次。",
     rejected: "您拒絕了簽署，沒有送出任何交易，可以再試一次。",
     connect_rejected: "您拒絕了連接要求。",
+    connect_failed: "錢包未能連接：{detail}",
+    gave_up: "暫時無法確認付款。請重新整理此頁查看付款狀態。",
     failed_to_send: "無法確認付款：{detail}",
     created: "等待付款。",
     processing: "付款已送出，等待鏈上確認…",
@@ -87,7 +91,13 @@ const STRINGS = {
 
 const $ = (id) => document.getElementById(id);
 const id = location.pathname.split("/").filter(Boolean).pop();
-const secret = decodeURIComponent(location.hash.slice(1));
+const secret = (() => {
+  try {
+    return decodeURIComponent(location.hash.slice(1));
+  } catch {
+    return "";
+  }
+})();
 let lang = pickLanguage();
 let view = null;
 let wallet = null;
@@ -254,7 +264,8 @@ async function follow() {
       await pause(3000);
       await load().catch(() => {});
     }
-    if (view && ["succeeded", "failed", "canceled"].includes(view.state)) return;
+    // Final; a canceled intent is followed on, as its payer may still pay it (paid after cancel).
+    if (view && ["succeeded", "failed"].includes(view.state)) return;
     await pause(500);
   }
 }
@@ -301,7 +312,11 @@ async function connect() {
     });
   } catch (error) {
     account = null;
-    note = error?.code === 4001 ? ["connect_rejected", {}] : ["wrong_chain", { chain: chainName(view.chain_id) }];
+    note = error?.code === 4001
+      ? ["connect_rejected", {}]
+      : error?.switching
+        ? ["wrong_chain", { chain: chainName(view.chain_id) }]
+        : ["connect_failed", { detail: error?.message ?? String(error) }];
   } finally {
     render();
   }
@@ -312,7 +327,12 @@ async function onChain() {
   const wanted = `0x${view.chain_id.toString(16)}`;
   const current = await wallet.request({ method: "eth_chainId" });
   if (String(current).toLowerCase() === wanted) return;
-  await wallet.request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] });
+  try {
+    await wallet.request({ method: "wallet_switchEthereumChain", params: [{ chainId: wanted }] });
+  } catch (error) {
+    if (error?.code === 4001) throw error;
+    throw Object.assign(new Error(error?.message ?? "switch refused"), { switching: true });
+  }
 }
 
 async function pay() {
@@ -383,6 +403,12 @@ async function confirm(signature) {
       return;
     }
     await pause(Math.min(8000, 500 * 2 ** attempt));
+  }
+  // Whatever happened, the server knows: the state shown is its word, else a plain note.
+  await load().catch(() => {});
+  if (!view || view.state === "created") {
+    statusOverride = ["gave_up", {}];
+    render();
   }
 }
 

@@ -1,0 +1,307 @@
+//! The `exact` scheme on EVM chains: a client's EIP-3009 `transferWithAuthorization`, signed for
+//! the resource's requirements. [`verify`] checks it in the reference facilitator's order
+//! (`@x402/evm`'s exact facilitator) and answers with its `invalidReason` strings, so a resource
+//! server reads our answers as it reads the reference's (`docs/x402.md`, "Verify").
+
+use alloy::{
+    eips::BlockNumberOrTag,
+    primitives::{Address, B256, U256},
+    providers::Provider,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use x402_types::proto::v2;
+
+use crate::{
+    chain::{
+        authorization::Authorization,
+        rpc::ChainError,
+        token::{self, TokenSupport},
+    },
+    error::ApiError,
+    settlement::{Chains, payments, tokens},
+};
+
+/// The requirements a resource server states (v2).
+pub type Requirements = v2::PaymentRequirements;
+/// A client's payment: the requirements it accepted and the scheme's payload, kept as JSON until
+/// the scheme reads it.
+pub type Payload = v2::PaymentPayload<Requirements, serde_json::Value>;
+/// `POST /x402/verify` and `/x402/settle`: `{x402Version, paymentPayload, paymentRequirements}`.
+pub type Request = v2::VerifyRequest<Payload, Requirements>;
+
+/// The `exact` EVM payload by EIP-3009.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Eip3009Payload {
+    pub signature: String,
+    pub authorization: Eip3009Authorization,
+}
+
+/// Integers as decimal strings, as the scheme writes them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Eip3009Authorization {
+    pub from: Address,
+    pub to: Address,
+    pub value: String,
+    pub valid_after: String,
+    pub valid_before: String,
+    pub nonce: B256,
+}
+
+/// `/verify`'s answer, the reference's shape.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyResponse {
+    pub is_valid: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+}
+
+impl VerifyResponse {
+    fn invalid(reason: &'static str, payer: Option<Address>, message: impl Into<String>) -> Self {
+        Self {
+            is_valid: false,
+            invalid_reason: Some(reason),
+            invalid_message: Some(message.into()),
+            payer: payer.map(|p| p.to_checksum(None)),
+        }
+    }
+}
+
+/// The served chain of a CAIP-2 `eip155:<id>` network, as our `evm:<id>`.
+pub fn served_chain(chains: &Chains, network: &str) -> Option<String> {
+    let id = network.strip_prefix("eip155:")?;
+    let name = format!("evm:{id}");
+    chains.get(&name).map(|_| name)
+}
+
+/// A payment checked as the reference facilitator checks it, and what it is: the authorization
+/// (under the domain the requirements name) and its signer's proof. Read-only: it writes nothing
+/// but what the token's first reading stores.
+pub async fn verify(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    request: &Request,
+) -> Result<VerifyResponse, ApiError> {
+    let (accepted, required) = (
+        &request.payment_payload.accepted,
+        &request.payment_requirements,
+    );
+    let Ok(payload) =
+        serde_json::from_value::<Eip3009Payload>(request.payment_payload.payload.clone())
+    else {
+        return Ok(VerifyResponse::invalid(
+            "unsupported_payload_type",
+            None,
+            "the payload is not an EIP-3009 authorization with its signature (Permit2 is not served)",
+        ));
+    };
+    let a = &payload.authorization;
+    let payer = Some(a.from);
+    let invalid = |reason, message: String| Ok(VerifyResponse::invalid(reason, payer, message));
+    if accepted.scheme != "exact" || required.scheme != "exact" {
+        return invalid(
+            "invalid_exact_evm_scheme",
+            "only the exact scheme is served".into(),
+        );
+    }
+    let extra_text = |field: &str| {
+        required
+            .extra
+            .as_ref()
+            .and_then(|extra| extra.get(field))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    let (Some(name), Some(version)) = (extra_text("name"), extra_text("version")) else {
+        return invalid(
+            "invalid_exact_evm_missing_eip712_domain",
+            "the requirements' extra must name the token's EIP-712 name and version".into(),
+        );
+    };
+    if accepted.network != required.network {
+        return invalid(
+            "invalid_exact_evm_network_mismatch",
+            format!(
+                "accepted {}, required {}",
+                accepted.network, required.network
+            ),
+        );
+    }
+    let network = required.network.to_string();
+    let Some(chain) = served_chain(chains, &network) else {
+        return invalid("invalid_network", format!("{network} is not served here"));
+    };
+    let (endpoint, node) = chains
+        .get(&chain)
+        .ok_or_else(|| ApiError::internal("served_chain checked it"))?;
+    let number = |raw: &str, what: &str| {
+        raw.parse::<U256>()
+            .map_err(|_| format!("{what} {raw:?} is not a decimal integer"))
+    };
+    let (value, valid_after, valid_before) = match (
+        number(&a.value, "value"),
+        number(&a.valid_after, "validAfter"),
+        number(&a.valid_before, "validBefore"),
+    ) {
+        (Ok(value), Ok(after), Ok(before)) => (value, after, before),
+        (Err(why), ..) | (_, Err(why), _) | (.., Err(why)) => {
+            return invalid("invalid_exact_evm_payload", why);
+        }
+    };
+    let Ok(asset) = required.asset.parse::<Address>() else {
+        return invalid(
+            "invalid_exact_evm_payload",
+            "the asset is not an address".into(),
+        );
+    };
+    let authorization = Authorization {
+        chain_id: endpoint.id,
+        token: asset,
+        token_name: name.clone(),
+        token_version: version.clone(),
+        from: a.from,
+        to: a.to,
+        value,
+        valid_after: u64::try_from(valid_after).unwrap_or(u64::MAX),
+        valid_before: u64::try_from(valid_before).unwrap_or(u64::MAX),
+        nonce: a.nonce,
+    };
+    let support = match tokens::resolve(conn, endpoint, node, asset).await {
+        Ok(support) => support,
+        Err(tokens::ResolveError::Database(e)) => return Err(e.into()),
+        Err(tokens::ResolveError::Chain(e)) => return Err(unavailable(&chain, e)),
+    };
+    // The signature over the domain the requirements name, as the reference checks it.
+    match payments::authorizer_proof(
+        chains,
+        &chain,
+        &authorization,
+        &support,
+        &payload.signature,
+        "payer",
+    )
+    .await
+    {
+        Ok(_) => {}
+        Err(ApiError::InvalidRequest(why) | ApiError::TokenNotSupported(why)) => {
+            return invalid("invalid_exact_evm_signature", why);
+        }
+        Err(e) => return Err(e),
+    }
+    let pay_to = required.pay_to.parse::<Address>().ok();
+    if pay_to != Some(a.to) {
+        return invalid(
+            "invalid_exact_evm_recipient_mismatch",
+            format!(
+                "the authorization pays {}, the requirements {}",
+                a.to, required.pay_to
+            ),
+        );
+    }
+    let now = node
+        .get_block_by_number(BlockNumberOrTag::Latest)
+        .await
+        .map_err(|e| unavailable(&chain, e.into()))?
+        .map(|block| block.header.timestamp)
+        .ok_or_else(|| unavailable(&chain, ChainError::Refused("no latest block".into())))?;
+    // The reference's margin: an authorization must outlive the next few seconds of the chain.
+    if valid_before < U256::from(now + 6) {
+        return invalid(
+            "invalid_exact_evm_payload_authorization_valid_before",
+            format!("validBefore {valid_before} is past the chain's time {now} (plus 6 s)"),
+        );
+    }
+    if valid_after > U256::from(now) {
+        return invalid(
+            "invalid_exact_evm_payload_authorization_valid_after",
+            format!("validAfter {valid_after} is after the chain's time {now}"),
+        );
+    }
+    if required.amount.parse::<U256>().ok() != Some(value) {
+        return invalid(
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+            format!(
+                "the authorization moves {value}, the requirements ask {}",
+                required.amount
+            ),
+        );
+    }
+    let (token_name, token_version) = match &support {
+        TokenSupport::Eip3009 { name, version, .. } => (name, version),
+        TokenSupport::NotSupported(why) if why.contains("no contract") => {
+            return invalid("asset_not_deployed_contract", why.clone());
+        }
+        TokenSupport::NotSupported(why) => {
+            return invalid("invalid_exact_evm_eip3009_not_supported", why.clone());
+        }
+    };
+    let (used, balance) = token::authorizer_state(node, asset, a.from, a.nonce)
+        .await
+        .map_err(|e| unavailable(&chain, e))?;
+    if used || held_already(conn, &chain, asset, a.from, a.nonce).await? {
+        return invalid(
+            "invalid_exact_evm_nonce_already_used",
+            "this authorization's nonce is used, canceled, or already held here for settlement"
+                .into(),
+        );
+    }
+    if *token_name != name {
+        return invalid(
+            "invalid_exact_evm_token_name_mismatch",
+            format!("the token's EIP-712 name is {token_name:?}, not {name:?}"),
+        );
+    }
+    if *token_version != version {
+        return invalid(
+            "invalid_exact_evm_token_version_mismatch",
+            format!("the token's EIP-712 version is {token_version:?}, not {version:?}"),
+        );
+    }
+    if balance < value {
+        return invalid(
+            "invalid_exact_evm_insufficient_balance",
+            format!("the payer holds {balance}, the payment is {value}"),
+        );
+    }
+    Ok(VerifyResponse {
+        is_valid: true,
+        invalid_reason: None,
+        invalid_message: None,
+        payer: payer.map(|p| p.to_checksum(None)),
+    })
+}
+
+/// Whether we hold a payment with this authorizer's nonce on this token already (an intent paid
+/// by it, settled or on its way).
+async fn held_already(
+    conn: &mut PgConnection,
+    chain: &str,
+    token: Address,
+    authorizer: Address,
+    nonce: B256,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM payment_intents
+                           WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4
+                             AND state IN ('processing', 'succeeded')) AS "held!""#,
+        nonce.as_slice(),
+        chain,
+        token.to_checksum(None),
+        authorizer.to_checksum(None),
+    )
+    .fetch_one(conn)
+    .await
+}
+
+fn unavailable(chain: &str, e: ChainError) -> ApiError {
+    ApiError::ChainUnavailable(format!(
+        "{chain} did not answer what verifying this payment needs ({e}); retry later"
+    ))
+}
