@@ -2,7 +2,7 @@
 // playwright-core, against the release binary, anvil and PostgreSQL. A test wallet is injected
 // before the page loads: an EIP-6963 provider whose requests the test answers, signing with
 // anvil's dev accounts (anvil's own eth_signTypedData_v4). axe-core checks accessibility.
-// Screenshots of each state, in both languages, go to target/browser/.
+// Screenshots of each state, in both languages, go to target/browser/<state>-<language>.png.
 //
 // Needs: PAYMENTS_API_BIN (the release binary), TEST_DATABASE_URL (a PostgreSQL server to create
 // a database on) and CHROMIUM (default /usr/bin/chromium). `make browser-test` sets them.
@@ -195,8 +195,17 @@ async function walletPage({ account = PAYER, chainId = "0x1", reject = false, la
 
 const status = (page) => page.locator('[role="status"]');
 
+/// A screenshot of the page as it is, then the same state in the other language (by the page's
+/// own switch, and back), so every state is seen in English and in Traditional Chinese.
 async function shot(page, name) {
-  await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
+  const shown = await page.locator("html").getAttribute("lang");
+  const other = shown === "zh-TW" ? "en" : "zh-TW";
+  await page.screenshot({ path: path.join(shots, `${name}-${shown}.png`), fullPage: true });
+  await page.locator(`[data-lang="${other}"]`).click();
+  await until(`the page in ${other}`, async () => (await page.locator("html").getAttribute("lang")) === other);
+  await page.screenshot({ path: path.join(shots, `${name}-${other}.png`), fullPage: true });
+  await page.locator(`[data-lang="${shown}"]`).click();
+  await until(`the page in ${shown}`, async () => (await page.locator("html").getAttribute("lang")) === shown);
 }
 
 async function accessible(page, what) {
@@ -231,12 +240,12 @@ test("a payer pays in DevnetUSD, the wallet switched to the chain, and sees succ
   await until("the amount", async () => (await page.locator("#amount").textContent()) === "25.00");
   assert.equal(await page.locator("#symbol").textContent(), "dUSD");
   await accessible(page, "the created page (en)");
-  await shot(page, "en-created");
+  await shot(page, "created");
   await page.getByRole("button", { name: "Connect wallet" }).click();
   const pay = page.getByRole("button", { name: "Pay 25.00 dUSD" });
   await until("Pay enabled", () => pay.isEnabled());
   assert.deepEqual(wallet.switched, ["0x7a69"], "the wallet was switched to chain 31337");
-  await shot(page, "en-connected");
+  await shot(page, "connected");
   await pay.click();
   await until("succeeded", async () => /Paid\. Transaction 0x[0-9a-f]{64}/.test(await status(page).textContent()));
   assert.equal(balanceOf(DEVNET_USD, MERCHANT) - before, 25000000n);
@@ -244,7 +253,7 @@ test("a payer pays in DevnetUSD, the wallet switched to the chain, and sees succ
   assert.equal(body.state, "succeeded");
   assert.ok((await status(page).textContent()).includes(body.settlement.transaction_hash));
   await accessible(page, "the succeeded page (en)");
-  await shot(page, "en-succeeded");
+  await shot(page, "succeeded");
   await context.close();
 });
 
@@ -259,7 +268,7 @@ test("a payer pays in USDC, in Traditional Chinese, on a phone", async () => {
   await until("the amount", async () => (await page.locator("#amount").textContent()) === "12.50");
   assert.equal(await page.locator("#symbol").textContent(), "USDC");
   await accessible(page, "the created page (zh-TW)");
-  await shot(page, "zh-TW-created");
+  await shot(page, "created-usdc-phone");
   await page.getByRole("button", { name: "連接錢包" }).click();
   const pay = page.getByRole("button", { name: "支付 12.50 USDC" });
   await until("Pay enabled", () => pay.isEnabled());
@@ -267,7 +276,7 @@ test("a payer pays in USDC, in Traditional Chinese, on a phone", async () => {
   await until("succeeded", async () => (await status(page).textContent()).startsWith("已付款"));
   assert.equal(balanceOf(USDC, MERCHANT) - before, 12500000n);
   await accessible(page, "the succeeded page (zh-TW)");
-  await shot(page, "zh-TW-succeeded");
+  await shot(page, "succeeded-usdc-phone");
   // The switch: the same page in English.
   await page.getByRole("button", { name: "EN" }).click();
   await until("English", async () => (await status(page).textContent()).startsWith("Paid."));
@@ -281,7 +290,7 @@ test("a wallet on another account is told plainly and cannot pay", async () => {
   await page.getByRole("button", { name: "Connect wallet" }).click();
   await page.getByText(/must come from 0x7099…79C8/).waitFor();
   assert.equal(await page.getByRole("button", { name: /^Pay/ }).isDisabled(), true);
-  await shot(page, "en-wrong-account");
+  await shot(page, "wrong-account");
   await context.close();
 });
 
@@ -292,7 +301,7 @@ test("a rejected signature changes nothing and says so", async () => {
   await until("the rejection said", async () => (await status(page).textContent()).includes("拒絕了簽署"));
   const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
   assert.equal(body.state, "created");
-  await shot(page, "zh-TW-rejected");
+  await shot(page, "rejected");
   await context.close();
 });
 
@@ -307,7 +316,7 @@ test("an expired intent says it expired, and cannot be paid", async () => {
   await until("expired shown", async () => (await status(page).textContent()) === "This payment request expired.");
   assert.equal(await page.getByRole("button", { name: "Connect wallet" }).isHidden(), true);
   await accessible(page, "the expired page");
-  await shot(page, "en-expired");
+  await shot(page, "expired");
   await context.close();
 });
 
@@ -321,7 +330,7 @@ test("a page reloaded mid-payment shows the true state", async () => {
     await until("processing", async () => (await merchant("GET", `/v1/payment_intents/${intent.id}`)).body.state === "processing");
     await page.reload();
     await until("processing after the reload", async () => /^Payment sent/.test(await status(page).textContent()));
-    await shot(page, "en-processing");
+    await shot(page, "processing");
     await until("the relayer's transaction", async () => (await rpc("txpool_status")).pending !== "0x0");
     await rpc("evm_mine");
   } finally {
