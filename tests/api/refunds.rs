@@ -52,22 +52,6 @@ async fn confirm_refund(app: &TestApp, refund: &str, signature: &str) -> crate::
         .await
 }
 
-async fn wait_for_refund(app: &TestApp, refund: &str, state: &str) {
-    app.wait_until(
-        &format!("{refund} is {state}"),
-        &format!("(SELECT state FROM refunds WHERE id = '{refund}') = '{state}'"),
-    )
-    .await;
-}
-
-async fn event_types(app: &TestApp, id: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version")
-        .bind(id)
-        .fetch_all(&app.db)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signature() {
     let anvil = Anvil::start().await;
@@ -125,7 +109,7 @@ async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signatu
     let confirmed = confirm_refund(&app, &id, &anvil.sign(PAYEE_KEY, &typed)).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.json()["state"], "processing");
-    wait_for_refund(&app, &id, "succeeded").await;
+    app.wait_for_refund(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYER) - payer_before, 40_000_000);
     let shown = app
         .get_as(DEMO_TOKEN, &format!("/v1/refunds/{id}"))
@@ -134,7 +118,7 @@ async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signatu
     assert_eq!(shown["state"], "succeeded");
     assert!(shown["settlement"]["transaction_hash"].is_string());
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         ["refund.created", "refund.processing", "refund.succeeded"]
     );
     let paid_back = app.get_intent(DEMO_TOKEN, &intent).await.json();
@@ -152,7 +136,7 @@ async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signatu
     // The merchant submits the second one itself: the chain is the source of truth.
     let typed = refund_typed_data(&app, &rest_id).await;
     anvil.submit_as(PAYEE_KEY, &typed, &anvil.sign(PAYEE_KEY, &typed));
-    wait_for_refund(&app, &rest_id, "succeeded").await;
+    app.wait_for_refund(&rest_id, "succeeded").await;
     assert_eq!(anvil.balance(PAYER) - payer_before, 100_000_000);
     let paid_back = app.get_intent(DEMO_TOKEN, &intent).await.json();
     assert_eq!(paid_back["amount_refunded"], "100000000");
@@ -286,7 +270,7 @@ async fn a_canceled_or_expired_refund_fails_and_frees_its_amount() {
     let canceled = refund(&app, &intent, "canceled", &json!({})).await.json();
     let canceled = canceled["id"].as_str().unwrap().to_owned();
     anvil.cancel_as(PAYEE_KEY, &refund_typed_data(&app, &canceled).await);
-    wait_for_refund(&app, &canceled, "failed").await;
+    app.wait_for_refund(&canceled, "failed").await;
     let shown = app
         .get_as(DEMO_TOKEN, &format!("/v1/refunds/{canceled}"))
         .await
@@ -307,14 +291,14 @@ async fn a_canceled_or_expired_refund_fails_and_frees_its_amount() {
         .rpc("evm_setNextBlockTimestamp", json!([valid_before]))
         .await;
     anvil.mine(2).await;
-    wait_for_refund(&app, &expiring, "failed").await;
+    app.wait_for_refund(&expiring, "failed").await;
     let shown = app
         .get_as(DEMO_TOKEN, &format!("/v1/refunds/{expiring}"))
         .await
         .json();
     assert_eq!(shown["failure_reason"], "authorization_expired");
     assert_eq!(
-        event_types(&app, &expiring).await,
+        app.event_types(&expiring).await,
         ["refund.created", "refund.failed"]
     );
     // A failed refund can never move money: its amount is refundable again.

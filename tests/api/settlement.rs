@@ -22,14 +22,6 @@ async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> TestApp {
     .await
 }
 
-async fn event_types(app: &TestApp, id: &str) -> Vec<String> {
-    sqlx::query_scalar("SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version")
-        .bind(id)
-        .fetch_all(&app.db)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     let anvil = Anvil::start().await;
@@ -74,7 +66,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     );
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         [
             "payment_intent.created",
             "payment_intent.processing",
@@ -297,7 +289,7 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     app.wait_for_state(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         ["payment_intent.created", "payment_intent.succeeded"]
     );
 }
@@ -383,7 +375,7 @@ async fn a_payer_who_paid_after_the_merchant_canceled_is_recorded_on_the_cancele
     assert_eq!(intent["state"], "canceled");
     assert_eq!(intent["cancellation_reason"], "merchant_request");
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         [
             "payment_intent.created",
             "payment_intent.canceled",
@@ -430,7 +422,7 @@ async fn a_payer_who_cancels_the_authorization_on_chain_fails_the_intent() {
         "authorization_canceled"
     );
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         ["payment_intent.created", "payment_intent.failed"]
     );
     let kind: String = sqlx::query_scalar("SELECT kind FROM chain_observations WHERE subject = $1")
@@ -853,7 +845,7 @@ async fn the_follower_keeps_following_after_a_reorg_replaces_the_newest_blocks()
     app.wait_for_state(&id, "succeeded").await;
     assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
     assert_eq!(
-        event_types(&app, &id).await,
+        app.event_types(&id).await,
         ["payment_intent.created", "payment_intent.succeeded"]
     );
 }

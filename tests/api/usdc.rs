@@ -384,11 +384,7 @@ async fn a_usdc_payment_is_refunded_in_part() {
         )
         .await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
-    app.wait_until(
-        "the refund succeeded",
-        &format!("(SELECT state FROM refunds WHERE id = '{refund}') = 'succeeded'"),
-    )
-    .await;
+    app.wait_for_refund(&refund, "succeeded").await;
     assert_eq!(anvil.balance_of(USDC, PAYER) - before, 25_000_000);
     let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
     assert_eq!(intent["amount_refunded"], "25000000");

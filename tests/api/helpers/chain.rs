@@ -394,6 +394,23 @@ impl super::TestApp {
         intent["state"].as_str().unwrap().to_owned()
     }
 
+    /// The types of the events about `id` (an intent or a refund), oldest first.
+    pub async fn event_types(&self, id: &str) -> Vec<String> {
+        sqlx::query_scalar("SELECT type FROM events WHERE subject_id = $1 ORDER BY subject_version")
+            .bind(id)
+            .fetch_all(&self.db)
+            .await
+            .unwrap()
+    }
+
+    pub async fn wait_for_refund(&self, id: &str, state: &str) {
+        self.wait_until(
+            &format!("{id} is {state}"),
+            &format!("(SELECT state FROM refunds WHERE id = '{id}') = '{state}'"),
+        )
+        .await;
+    }
+
     pub async fn wait_for_state(&self, id: &str, state: &str) {
         self.wait_until(
             &format!("{id} is {state}"),
