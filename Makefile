@@ -8,7 +8,7 @@ BOOTSTRAP_API_KEYS ?= merchant-demo=merchant_demo,merchant-other=merchant_other
 SQLX_OFFLINE ?= true
 export DATABASE_URL BOOTSTRAP_API_KEYS SQLX_OFFLINE
 
-.PHONY: help api-run test browser-test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
+.PHONY: help api-run test browser-test x402-test lint migrate prepare openapi compose-check bench chaos ha-chaos schemathesis fuzz chain-tools contracts contracts-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -16,9 +16,13 @@ help: ## list the targets
 api-run: ## serve on :8080 against the local PostgreSQL (creates and migrates the database)
 	cargo run --bin payments-api -- serve --migrate
 
-test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE_URL), anvil per test; then the browser tests
+test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE_URL), anvil per test; then the browser and x402 suites
 	cargo test --all-targets
 	bash scripts/browser-test.sh
+	bash scripts/x402-test.sh
+
+x402-test: chain-tools ## x402's own client and resource server (@x402/fetch, @x402/express) paying through our facilitator; the reference facilitator beside ours
+	bash scripts/x402-test.sh
 
 browser-test: chain-tools ## the checkout page in Debian's Chromium against the release binary, anvil and PostgreSQL (TEST_DATABASE_URL)
 	bash scripts/browser-test.sh

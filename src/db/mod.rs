@@ -13,4 +13,4 @@ pub mod transaction;
 pub use failure::{Failure, advice, observe};
 pub use migrate::{MIGRATOR, migrate};
 pub use pool::{Pool, PoolUsage, PooledConnection, pool};
-pub use transaction::{OpenTransaction, RequestTransaction, Tx};
+pub use transaction::{Checkpoint, OpenTransaction, Phase, RequestTransaction, Taken, Tx};

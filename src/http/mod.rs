@@ -63,7 +63,7 @@ pub fn router(
         .merge(idempotency::router())
         .merge(events::router())
         .merge(webhooks::router(pool.clone(), settings.webhooks))
-        .route_layer(from_fn_with_state(idempotency, idempotency_layer))
+        .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
         .route_layer(from_fn_with_state(
             authenticator.clone(),
             auth::require_merchant,
@@ -72,9 +72,9 @@ pub fn router(
             settings.request_timeout,
             deadline::enforce,
         ));
-    // The x402 facilitator: the merchant's key, the deadline; verify writes nothing, so no
-    // idempotency layer (`docs/x402.md`).
-    let x402 = crate::x402::router(chains.clone())
+    // The x402 facilitator: the merchant's key, the deadline; only settle is idempotent
+    // (`docs/x402.md`).
+    let x402 = crate::x402::router(chains.clone(), idempotency.clone())
         .route_layer(from_fn_with_state(
             authenticator.clone(),
             auth::require_merchant,

@@ -38,6 +38,8 @@ use crate::{
         checkout::routes::events,
         crate::x402::routes::supported,
         crate::x402::routes::verify,
+        crate::x402::settle::settle,
+        crate::x402::routes::payment,
         merchants::show,
         merchants::update,
         refunds::routes::create,
@@ -118,7 +120,7 @@ impl Modify for GenericLayers {
         );
 
         for (path, item) in openapi.paths.paths.iter_mut() {
-            // The facilitator's routes take the merchant's key too, outside the idempotency layer.
+            // The facilitator's routes take the merchant's key too.
             let facilitator = path.starts_with("/x402/");
             if !path.starts_with("/v1/") && !facilitator {
                 continue;
@@ -148,7 +150,9 @@ impl Modify for GenericLayers {
                     "`unavailable`: the database is unreachable; nothing was committed. Carries `Retry-After`",
                 );
             }
-            if let Some(operation) = item.post.as_mut().filter(|_| !facilitator) {
+            // Of the facilitator's POSTs only settle passes the idempotency layer (key optional).
+            let idempotent = !facilitator || path == "/x402/settle";
+            if let Some(operation) = item.post.as_mut().filter(|_| idempotent) {
                 idempotent_post(operation);
             }
         }

@@ -1,7 +1,7 @@
 //! The middleware: claim first, then execute the handler inside a transaction that also stores
 //! its answer (`docs/design.md`, "Claim, then execute").
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     body::{Body, Bytes, to_bytes},
@@ -16,11 +16,15 @@ use tokio::time::Instant;
 
 use super::{
     Fingerprint, IdempotencyKey, Scope, StoredResponse,
+    phases::{Phases, is_provisional},
     store::{self, Claim, Incomplete, Lease, LeaseToken},
 };
 use crate::{
     config::IdempotencySettings,
-    db::{OpenTransaction, Pool, PooledConnection, RequestTransaction, transaction::CommitError},
+    db::{
+        Checkpoint, OpenTransaction, Pool, PooledConnection, RequestTransaction, Taken,
+        transaction::CommitError,
+    },
     deadline::Deadline,
     error::ApiError,
 };
@@ -108,8 +112,10 @@ async fn handle_post(
         Err(error) => return outcome(error.into_response(), OutcomeKind::Rejected, None),
     };
     let deadline = admitted.deadline;
+    let mut request = admitted.request;
     let Some((key, fingerprint)) = admitted.keyed else {
-        let (response, ending) = execute(state, admitted.request, next, None, deadline).await;
+        request.extensions_mut().insert(Phases::default());
+        let (response, ending) = execute(state, request, next, None, deadline).await;
         return outcome(response, ending.or(OutcomeKind::Unkeyed), None);
     };
     let scope = admitted.scope;
@@ -123,9 +129,12 @@ async fn handle_post(
             );
         }
     };
-    let (attempt, kind) = match claim {
-        Claim::Fresh { attempt } => (attempt, OutcomeKind::Fresh),
-        Claim::Takeover { attempt } => (attempt, OutcomeKind::Takeover),
+    let (attempt, kind, recovery_point) = match claim {
+        Claim::Fresh { attempt } => (attempt, OutcomeKind::Fresh, None),
+        Claim::Takeover {
+            attempt,
+            recovery_point,
+        } => (attempt, OutcomeKind::Takeover, recovery_point),
         Claim::Replay { attempt, response } => {
             return outcome(replayed(response), OutcomeKind::Replay, Some(attempt));
         }
@@ -151,8 +160,11 @@ async fn handle_post(
         attempt,
         token,
     };
+    request
+        .extensions_mut()
+        .insert(Phases::new(Some(lease.key.clone()), recovery_point));
     let claimed = Some((lease, connection));
-    let (response, ending) = execute(state, admitted.request, next, claimed, deadline).await;
+    let (response, ending) = execute(state, request, next, claimed, deadline).await;
     outcome(response, ending.or(kind), Some(attempt))
 }
 
@@ -363,7 +375,14 @@ async fn run_in_transaction(
     deadline: Instant,
 ) -> (Response, Ending) {
     let (lease, begun) = match lease {
-        Some((lease, connection)) => (Some(lease), RequestTransaction::begin_on(connection).await),
+        Some((lease, connection)) => {
+            let checkpoint: Checkpoint = Arc::new({
+                let lease = lease.clone();
+                move |point: &str| store::checkpoint_statement(&lease, point)
+            });
+            let begun = RequestTransaction::begin_on(connection, &state.pool, Some(checkpoint));
+            (Some(lease), begun.await)
+        }
         None => (None, RequestTransaction::begin(&state.pool).await),
     };
     let lease = lease.as_ref();
@@ -373,16 +392,41 @@ async fn run_in_transaction(
     };
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
-    let Some(tx) = slot.take().await else {
+    let Some(Taken { open, phased }) = slot.take().await else {
         let error = ApiError::internal("the handler kept the request transaction");
         return abort(state, lease, deadline, error.into_response()).await;
     };
-    if ApiError::of(&response).is_some_and(ApiError::changed_nothing) {
-        // The handler failed at the database or a chain, so provably nothing was written.
-        tx.rollback().await;
-        return abort(state, lease, deadline, response).await;
-    }
+    let failed = ApiError::of(&response).is_some_and(ApiError::changed_nothing);
+    let tx = match open {
+        // The handler failed at the database or a chain, so provably nothing was written since
+        // its last phase (if any); what a committed phase wrote stays, and a retry resumes there.
+        Some(tx) if failed => {
+            tx.rollback().await;
+            return abort(state, lease, deadline, response).await;
+        }
+        Some(tx) => tx,
+        // Between phases, with a failure or a "not yet": nothing is stored, the lease ends, and
+        // the retry resumes at the recovery point.
+        None if phased && (failed || is_provisional(&response)) => {
+            return abort(state, lease, deadline, response).await;
+        }
+        None if phased && lease.is_none() => return (response, Ending::Committed),
+        // Between phases with a final answer: it is stored in a transaction of its own.
+        None if phased => match OpenTransaction::begin_on_pool(&state.pool).await {
+            Ok(tx) => tx,
+            Err(e) => {
+                return abort(state, lease, deadline, ApiError::from(e).into_response()).await;
+            }
+        },
+        // A phase's own commit failed (the handler answered how): nothing more is open.
+        None => return abort(state, lease, deadline, response).await,
+    };
     match lease {
+        Some(lease) if is_provisional(&response) => {
+            let (response, ending) = commit(tx, response).await;
+            release_lease(&state.pool, lease, deadline).await;
+            (response, ending)
+        }
         Some(lease) => complete(state, tx, lease, deadline, response).await,
         None => commit(tx, response).await,
     }

@@ -5,12 +5,14 @@
 //! - `fingerprint`: what "the same request" means
 //! - `store`: claim / complete / release on `idempotency_keys`
 //! - `stored`: a handler's answer as it is stored and replayed
+//! - `phases`: atomic phases of one request, their recovery points, and "not yet" answers
 //! - `layer`: the middleware that ties them to a request's transaction
 //! - `routes`: `GET /v1/idempotency_keys/{key}`, reconciliation for clients whose retries ran out
 
 mod fingerprint;
 mod key;
 mod layer;
+mod phases;
 pub mod routes;
 mod store;
 mod stored;
@@ -18,6 +20,7 @@ mod stored;
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
+pub use phases::{Phases, Provisional, is_provisional, provisional};
 pub use routes::router;
 pub use store::{Claim, Lease, LeaseToken, completion_statement, delete_expired};
 pub use stored::StoredResponse;

@@ -14,8 +14,12 @@ use crate::db::{OpenTransaction, transaction::CommitError};
 pub enum Claim {
     /// No live record (or its retention passed): this request now holds the lease. Run the handler.
     Fresh { attempt: i32 },
-    /// The previous attempt's lease expired before it completed: this request took over.
-    Takeover { attempt: i32 },
+    /// The previous attempt's lease expired before it completed: this request took over, at the
+    /// recovery point the earlier attempts reached (`None`: none committed a phase).
+    Takeover {
+        attempt: i32,
+        recovery_point: Option<String>,
+    },
     /// Same request, already completed: answer with the stored response.
     Replay {
         attempt: i32,
@@ -93,16 +97,20 @@ pub async fn claim(
                     completed_at     = NULL,
                     response_status  = NULL,
                     response_headers = NULL,
-                    response_body    = NULL
+                    response_body    = NULL,
+                    -- A takeover resumes where the abandoned attempt's last phase left off; a
+                    -- record that starts anew starts from the beginning.
+                    recovery_point   = CASE WHEN k.expires_at <= now() THEN NULL ELSE k.recovery_point END
                 -- The decision proper, on the latest committed row under its lock: this is what makes
                 -- two racing claims of one key serialize, with exactly one winner.
                 WHERE k.expires_at <= now()
                    OR (k.state = 'in_flight' AND k.fingerprint = excluded.fingerprint AND k.lease_expires_at <= now())
                 -- created_at is reset to this statement's now() exactly when the record starts anew.
                 RETURNING CASE WHEN k.created_at = now() THEN 'fresh' ELSE 'takeover' END AS outcome,
-                          k.attempt, k.fingerprint
+                          k.attempt, k.fingerprint, k.recovery_point
             )
             SELECT outcome AS "outcome!", attempt AS "attempt!", fingerprint AS "fingerprint!",
+                   recovery_point,
                    NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
               FROM claimed
             UNION ALL
@@ -110,7 +118,7 @@ pub async fn claim(
                         WHEN e.fingerprint <> $3 THEN 'mismatch'
                         WHEN e.state = 'completed' THEN 'replay'
                         ELSE 'in_flight' END,
-                   e.attempt, e.fingerprint, e.response_status, e.response_headers, e.response_body
+                   e.attempt, e.fingerprint, NULL::text, e.response_status, e.response_headers, e.response_body
               FROM existing e
              WHERE NOT EXISTS (SELECT 1 FROM claimed)
             "#,
@@ -131,6 +139,7 @@ pub async fn claim(
             }),
             "takeover" => Ok(Claim::Takeover {
                 attempt: row.attempt,
+                recovery_point: row.recovery_point,
             }),
             "mismatch" => Ok(Claim::Mismatch {
                 stored: Fingerprint::from_bytes(&row.fingerprint)
@@ -194,7 +203,8 @@ pub async fn complete(
 /// PostgreSQL).
 const LEASE_LOST_SQLSTATE: &str = "PA409";
 
-fn is_lease_lost(error: &sqlx::Error) -> bool {
+/// Whether a phase's or a completion's commit failed because another attempt took the key over.
+pub fn is_lease_lost(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(LEASE_LOST_SQLSTATE))
 }
 
@@ -204,12 +214,7 @@ fn is_lease_lost(error: &sqlx::Error) -> bool {
 pub fn completion_statement(lease: &Lease, response: &StoredResponse) -> String {
     let headers =
         serde_json::to_vec(&response.headers).expect("a list of string pairs always serializes");
-    let text = |bytes: &[u8]| {
-        format!(
-            "convert_from(decode('{}', 'hex'), 'UTF8')",
-            hex::encode(bytes)
-        )
-    };
+    let text = text_literal;
     format!(
         "SELECT idempotency_complete({scope}, {key}, {attempt}, {status}::smallint, {headers}::jsonb, decode('{body}', 'hex'));",
         scope = text(lease.scope.as_str().as_bytes()),
@@ -218,6 +223,28 @@ pub fn completion_statement(lease: &Lease, response: &StoredResponse) -> String 
         status = response.status,
         headers = text(&headers),
         body = hex::encode(&response.body),
+    )
+}
+
+/// The checkpoint of an atomic phase as SQL text, sent with the phase's `COMMIT` as the completion
+/// is: it records `point` as the key's recovery point, with the same compare-and-set on the
+/// attempt (`idempotency_checkpoint`, migration `20261201000015`, raises [`LEASE_LOST_SQLSTATE`]).
+pub fn checkpoint_statement(lease: &Lease, point: &str) -> String {
+    format!(
+        "SELECT idempotency_checkpoint({scope}, {key}, {attempt}, {point});",
+        scope = text_literal(lease.scope.as_str().as_bytes()),
+        key = text_literal(lease.key.as_str().as_bytes()),
+        attempt = lease.attempt,
+        point = text_literal(point.as_bytes()),
+    )
+}
+
+/// Text as a literal no input can break out of, whatever quotes or backslashes it holds: its bytes
+/// as hex digits inside `decode`.
+fn text_literal(bytes: &[u8]) -> String {
+    format!(
+        "convert_from(decode('{}', 'hex'), 'UTF8')",
+        hex::encode(bytes)
     )
 }
 

@@ -216,6 +216,19 @@ impl Metadata {
     pub const MAX_KEYS: usize = 50;
     pub const MAX_KEY_CHARS: usize = 40;
     pub const MAX_VALUE_CHARS: usize = 500;
+
+    /// Pairs this server writes itself (keys within the limits); values are cut to the limit.
+    pub fn of_ours<'a>(pairs: impl IntoIterator<Item = (&'static str, &'a str)>) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(key, value)| {
+                    let value = value.chars().take(Self::MAX_VALUE_CHARS).collect();
+                    (key.to_owned(), value)
+                })
+                .collect(),
+        )
+    }
 }
 
 impl<'de> Deserialize<'de> for Metadata {

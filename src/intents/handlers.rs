@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{
     domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata},
-    repo::{self, NewIntent, PaymentIntent, TransitionError},
+    repo::{self, Expires, NewIntent, PaymentIntent, TransitionError},
     state::{Action, Actor, IntentState},
 };
 use crate::{
@@ -108,10 +108,11 @@ pub async fn create(
         payer: request.payer,
         payee: request.merchant,
         amount: request.amount,
-        expires_in: request.expires_in_seconds.unwrap_or_default(),
+        expires: Expires::In(request.expires_in_seconds.unwrap_or_default()),
         metadata: request.metadata,
+        nonce: None,
     };
-    let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new, &base).await?;
+    let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new, Some(&base)).await?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;
     Ok((

@@ -83,26 +83,42 @@ pub struct NewIntent {
     pub payer: Address,
     pub payee: Address,
     pub amount: Amount,
-    pub expires_in: ExpiresIn,
+    pub expires: Expires,
     pub metadata: Metadata,
+    /// The nonce its authorization carries: derived from its id, unless the payer chose it (an
+    /// x402 payment, signed before the intent existed).
+    pub nonce: Option<[u8; 32]>,
+}
+
+/// When a new intent expires.
+pub enum Expires {
+    /// This long after the database's now.
+    In(ExpiresIn),
+    /// At the validity end of an authorization signed already (whole seconds).
+    At(OffsetDateTime),
 }
 
 /// Inserts a new intent and its `payment_intent.created` event.
-/// `checkout_base` is the public base URL its checkout page is under.
+/// `checkout_base` is the public base URL its checkout page is under; `None` for an intent that
+/// is paid already when it is made (an x402 payment), which has no page.
 pub async fn insert(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
     intent: &NewIntent,
-    checkout_base: &str,
+    checkout_base: Option<&str>,
 ) -> Result<PaymentIntent, sqlx::Error> {
+    let (expires_in, expires_at) = match intent.expires {
+        Expires::In(after) => (f64::from(after.seconds()), None),
+        Expires::At(at) => (0.0, Some(at)),
+    };
     let created = sqlx::query_as!(
         PaymentIntent,
         r#"
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
                                      client_secret, checkout_url)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
-                now() + make_interval(secs => $8), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11)
+                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11)
         RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
                settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
@@ -114,11 +130,12 @@ pub async fn insert(
         intent.token.to_checksum(),
         intent.payer.to_checksum(),
         intent.payee.to_checksum(),
-        f64::from(intent.expires_in.seconds()),
+        expires_in,
         Json(&intent.metadata) as _,
-        &id.chain_nonce()[..],
+        &intent.nonce.unwrap_or_else(|| id.chain_nonce())[..],
         id.client_secret(),
         checkout_base,
+        expires_at,
     )
     .fetch_one(&mut *conn)
     .await?;

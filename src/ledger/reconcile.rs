@@ -246,10 +246,11 @@ async fn authorized_before(
             Kind::Payment => sqlx::query_as!(
                 Authorized,
                 r#"SELECT id AS subject, payer AS "from", payee AS "to", amount::text AS "amount!"
-                 FROM payment_intents WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+                 FROM payment_intents WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
                 nonce,
                 chain.name,
                 token,
+                used.authorizer.to_checksum(None),
             )
             .fetch_optional(conn)
             .await?,

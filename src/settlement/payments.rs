@@ -281,16 +281,17 @@ pub async fn queue_authorization(
         kind,
         subject,
         chain_id: authorization.chain_id,
-        // What the token accepts once: this authorizer's nonce on this token.
-        dedupe_key: format!(
-            "{}:{}:{}",
-            authorization.token, authorization.from, authorization.nonce
-        ),
+        dedupe_key: dedupe_key(authorization.token, authorization.from, authorization.nonce),
         target: authorization.token,
         calldata: authorization.calldata_for(proof),
     };
     outbox::queue(conn, &submission).await?;
     Ok(())
+}
+
+/// What the token accepts once: this authorizer's nonce on this token. A submission's dedupe key.
+pub fn dedupe_key(token: Address, authorizer: Address, nonce: B256) -> String {
+    format!("{token}:{authorizer}:{nonce}")
 }
 
 /// An intent's payment is wanted while the intent is `processing`: once the payment watch (or

@@ -14,7 +14,7 @@ use x402_types::proto::v2;
 
 use crate::{
     chain::{
-        authorization::Authorization,
+        authorization::{Authorization, PayerProof},
         rpc::ChainError,
         token::{self, TokenSupport},
     },
@@ -81,30 +81,61 @@ pub fn served_chain(chains: &Chains, network: &str) -> Option<String> {
     chains.get(&name).map(|_| name)
 }
 
-/// A payment checked as the reference facilitator checks it, and what it is: the authorization
-/// (under the domain the requirements name) and its signer's proof. Read-only: it writes nothing
-/// but what the token's first reading stores.
+/// A payment that passed every check, and what settling it submits.
+pub struct Checked {
+    /// Our name of its chain (`evm:<id>`).
+    pub chain: String,
+    /// Under the domain the requirements name, which is the token's.
+    pub authorization: Authorization,
+    pub proof: PayerProof,
+}
+
+/// Whether a payment would be accepted now, with the reference's answer when not (`docs/x402.md`,
+/// "Verify"). Read-only.
 pub async fn verify(
     conn: &mut PgConnection,
     chains: &Chains,
     request: &Request,
 ) -> Result<VerifyResponse, ApiError> {
+    Ok(match check(conn, chains, request).await? {
+        Ok(checked) => VerifyResponse {
+            is_valid: true,
+            invalid_reason: None,
+            invalid_message: None,
+            payer: Some(checked.authorization.from.to_checksum(None)),
+        },
+        Err(invalid) => invalid,
+    })
+}
+
+/// The payload's EIP-3009 authorization and signature, if it is one.
+pub fn eip3009_payload(request: &Request) -> Option<Eip3009Payload> {
+    serde_json::from_value(request.payment_payload.payload.clone()).ok()
+}
+
+/// A payment checked as the reference facilitator checks it, and what it is: the authorization
+/// (under the domain the requirements name) and its signer's proof, or the reference's answer of
+/// why not. Read-only: it writes nothing but what the token's first reading stores.
+pub async fn check(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    request: &Request,
+) -> Result<Result<Checked, VerifyResponse>, ApiError> {
     let (accepted, required) = (
         &request.payment_payload.accepted,
         &request.payment_requirements,
     );
-    let Ok(payload) =
-        serde_json::from_value::<Eip3009Payload>(request.payment_payload.payload.clone())
-    else {
-        return Ok(VerifyResponse::invalid(
+    let Some(payload) = eip3009_payload(request) else {
+        return Ok(Err(VerifyResponse::invalid(
             "unsupported_payload_type",
             None,
             "the payload is not an EIP-3009 authorization with its signature (Permit2 is not served)",
-        ));
+        )));
     };
     let a = &payload.authorization;
     let payer = Some(a.from);
-    let invalid = |reason, message: String| Ok(VerifyResponse::invalid(reason, payer, message));
+    let invalid =
+        |reason, message: String| Ok(Err(VerifyResponse::invalid(reason, payer, message)));
     if accepted.scheme != "exact" || required.scheme != "exact" {
         return invalid(
             "invalid_exact_evm_scheme",
@@ -179,7 +210,7 @@ pub async fn verify(
         Err(tokens::ResolveError::Chain(e)) => return Err(unavailable(&chain, e)),
     };
     // The signature over the domain the requirements name, as the reference checks it.
-    match payments::authorizer_proof(
+    let proof = match payments::authorizer_proof(
         chains,
         &chain,
         &authorization,
@@ -189,12 +220,12 @@ pub async fn verify(
     )
     .await
     {
-        Ok(_) => {}
+        Ok(proof) => proof,
         Err(ApiError::InvalidRequest(why) | ApiError::TokenNotSupported(why)) => {
             return invalid("invalid_exact_evm_signature", why);
         }
         Err(e) => return Err(e),
-    }
+    };
     let pay_to = required.pay_to.parse::<Address>().ok();
     if pay_to != Some(a.to) {
         return invalid(
@@ -270,12 +301,11 @@ pub async fn verify(
             format!("the payer holds {balance}, the payment is {value}"),
         );
     }
-    Ok(VerifyResponse {
-        is_valid: true,
-        invalid_reason: None,
-        invalid_message: None,
-        payer: payer.map(|p| p.to_checksum(None)),
-    })
+    Ok(Ok(Checked {
+        chain,
+        authorization,
+        proof,
+    }))
 }
 
 /// Whether we hold a payment with this authorizer's nonce on this token already (an intent paid

@@ -6,9 +6,12 @@
 //!
 //! - `exact_evm`: the `exact` scheme's payload and its verification, with the reference
 //!   facilitator's reasons
-//! - `routes`: `GET /x402/supported`, `POST /x402/verify`
+//! - `settle`: one payment, one success: store, submit, wait, claim the success
+//! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
+//!   payment by its key
 
 pub mod exact_evm;
 pub mod routes;
+pub mod settle;
 
 pub use routes::router;

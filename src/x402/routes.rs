@@ -1,23 +1,47 @@
-//! `GET /x402/supported` and `POST /x402/verify`, the facilitator API `@x402/core`'s
-//! `HTTPFacilitatorClient` calls (`docs/x402.md`). Authenticated by the merchant's API key like
-//! `/v1`; verify writes nothing, so it runs outside the idempotency layer.
+//! The facilitator API `@x402/core`'s `HTTPFacilitatorClient` calls (`docs/x402.md`):
+//! `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and
+//! `GET /x402/payments/{network}/{authorizer}/{nonce}` to find a payment whose settle answer was
+//! lost. Authenticated by the merchant's API key like `/v1`. Verify writes nothing, so only settle
+//! runs inside the idempotency layer, with the key optional (x402 clients send none).
 
 use std::collections::BTreeMap;
 
+use alloy::primitives::{Address, B256};
 use axum::{
     Extension, Json, Router,
-    extract::State,
+    extract::{Path, Query, State},
+    middleware::from_fn_with_state,
     routing::{get, post},
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::exact_evm::{self, Request, VerifyResponse};
-use crate::{db::Pool, error::ApiError, extract::JsonBody, settlement::Chains};
+use super::{
+    exact_evm::{self, Request, VerifyResponse},
+    settle,
+};
+use crate::{
+    auth::MerchantId,
+    db::Pool,
+    error::ApiError,
+    extract::JsonBody,
+    idempotency::{IdempotencyState, idempotency_layer},
+    intents::repo::PaymentIntent,
+    settlement::Chains,
+};
 
-pub fn router(chains: Chains) -> Router<Pool> {
+/// `idempotency`: the layer's state for settle, whose key is optional whatever
+/// `IDEMPOTENCY_KEY_REQUIRED` says.
+pub fn router(chains: Chains, mut idempotency: IdempotencyState) -> Router<Pool> {
+    idempotency.settings.key_required = false;
+    let settle = post(settle::settle).layer(from_fn_with_state(idempotency, idempotency_layer));
     Router::new()
         .route("/x402/supported", get(supported))
         .route("/x402/verify", post(verify))
+        .route("/x402/settle", settle)
+        .route(
+            "/x402/payments/{network}/{authorizer}/{nonce}",
+            get(payment),
+        )
         .layer(Extension(chains))
 }
 
@@ -93,4 +117,102 @@ pub async fn verify(
 ) -> Result<Json<VerifyResponse>, ApiError> {
     let mut conn = pool.acquire().await?;
     Ok(Json(exact_evm::verify(&mut conn, &chains, &request).await?))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct PaymentParams {
+    /// The token, when the authorizer used the same nonce on several.
+    pub asset: Option<String>,
+}
+
+/// An x402 payment this merchant settled, as stored.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct X402Payment {
+    /// CAIP-2.
+    pub network: String,
+    pub asset: String,
+    pub payer: String,
+    pub nonce: String,
+    /// The transaction the payment's one `success: true` named, once a settle was answered so.
+    pub success_transaction: Option<String>,
+    /// Every transaction sent for it, the newest last.
+    pub transactions: Vec<String>,
+    /// The payment as an intent: its state says whether the transfer is confirmed.
+    pub payment_intent: PaymentIntent,
+}
+
+/// Find a payment by the key the client chose: for a settle whose answer was lost.
+#[utoipa::path(
+    get,
+    path = "/x402/payments/{network}/{authorizer}/{nonce}",
+    operation_id = "x402_payment",
+    tag = "x402",
+    params(
+        ("network" = String, Path, description = "CAIP-2, e.g. eip155:31337"),
+        ("authorizer" = String, Path, description = "The payer's address"),
+        ("nonce" = String, Path, description = "The authorization's nonce, 0x + 64 hex digits"),
+        PaymentParams,
+    ),
+    responses(
+        (status = 200, description = "The payment", body = X402Payment),
+        (status = 400, description = "`invalid_request`: the authorizer used this nonce on several tokens; name the asset", body = crate::error::ErrorBody),
+        (status = 404, description = "`not_found`: no such payment of this merchant", body = crate::error::ErrorBody),
+    )
+)]
+pub async fn payment(
+    State(pool): State<Pool>,
+    Extension(chains): Extension<Chains>,
+    Extension(merchant): Extension<MerchantId>,
+    Path((network, authorizer, nonce)): Path<(String, String, String)>,
+    Query(params): Query<PaymentParams>,
+) -> Result<Json<X402Payment>, ApiError> {
+    let not_found = || ApiError::NotFound("no x402 payment of yours with that key".to_owned());
+    let chain = exact_evm::served_chain(&chains, &network).ok_or_else(not_found)?;
+    let authorizer = authorizer.parse::<Address>().map_err(|_| not_found())?;
+    let nonce = nonce.parse::<B256>().map_err(|_| not_found())?;
+    let asset = match params.asset.as_deref().map(str::parse::<Address>) {
+        Some(Ok(asset)) => Some(asset.to_checksum(None)),
+        Some(Err(_)) => return Err(not_found()),
+        None => None,
+    };
+    let mut conn = pool.acquire().await?;
+    let rows = sqlx::query!(
+        r#"SELECT p.token, p.intent_id, p.success_tx, coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
+             FROM x402_payments p
+             LEFT JOIN chain_submissions s
+                    ON s.kind = 'intent_payment' AND s.subject = p.intent_id
+            WHERE p.merchant_id = $1 AND p.chain = $2 AND p.authorizer = $3 AND p.nonce = $4
+              AND ($5::text IS NULL OR p.token = $5)
+            LIMIT 2"#,
+        merchant.as_str(),
+        chain,
+        authorizer.to_checksum(None),
+        nonce.as_slice(),
+        asset,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let row = match rows.as_slice() {
+        [] => return Err(not_found()),
+        [row] => row,
+        _ => {
+            return Err(ApiError::InvalidRequest(
+                "this authorizer used the nonce on several tokens: name one with ?asset=".into(),
+            ));
+        }
+    };
+    let id = crate::intents::domain::IntentId::parse(&row.intent_id)
+        .ok_or_else(|| ApiError::internal("a stored intent id"))?;
+    let intent = crate::intents::repo::find(&mut conn, &merchant, &id)
+        .await?
+        .ok_or_else(|| ApiError::internal("an x402 payment without its intent"))?;
+    Ok(Json(X402Payment {
+        network,
+        asset: row.token.clone(),
+        payer: authorizer.to_checksum(None),
+        nonce: nonce.to_string(),
+        success_transaction: row.success_tx.clone(),
+        transactions: row.tx_hashes.clone(),
+        payment_intent: intent,
+    }))
 }

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    DEMO_TOKEN, TestApp,
+    DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, TestApp,
     chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
 };
 
@@ -239,4 +239,241 @@ async fn verify_names_what_is_wrong_as_the_reference_facilitator_does() {
         assert_eq!(answer["invalidReason"], reason, "{answer}");
         assert_eq!(answer["payer"], PAYER, "{reason}");
     }
+}
+
+async fn settle(app: &TestApp, key: Option<&str>, body: &Value) -> crate::helpers::Answer {
+    let answer = app
+        .post_as(DEMO_TOKEN, "/x402/settle", key, &body.to_string())
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer
+}
+
+/// The transfers of `value` from the payer to the payee in the transaction `hash`.
+async fn transfers_in(anvil: &Anvil, hash: &str) -> Vec<(String, String, u128)> {
+    let receipt = anvil.rpc("eth_getTransactionReceipt", json!([hash])).await;
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let transfer = anvil.cast(&["keccak", "Transfer(address,address,uint256)"]);
+    receipt["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|log| log["topics"][0] == transfer.as_str())
+        .map(|log| {
+            let topic = |i: usize| {
+                let t = log["topics"][i].as_str().unwrap();
+                format!("0x{}", &t[26..])
+            };
+            let value =
+                u128::from_str_radix(log["data"].as_str().unwrap().trim_start_matches("0x"), 16)
+                    .unwrap();
+            (topic(1), topic(2), value)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn settle_pays_once_and_answers_success_once() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    for token in [TOKEN, USDC] {
+        let payment = Payment::new(&anvil, token).await;
+        let body = payment.request(&anvil, payment.requirements());
+        let payee_before = anvil.balance_of(token, PAYEE);
+
+        let first = settle(&app, None, &body).await.json();
+        assert_eq!(first["success"], true, "{token}: {first}");
+        assert_eq!(first["payer"], PAYER);
+        assert_eq!(first["network"], "eip155:31337");
+        let hash = first["transaction"].as_str().unwrap().to_owned();
+        let transfers = transfers_in(&anvil, &hash).await;
+        assert_eq!(
+            transfers,
+            vec![(PAYER.to_lowercase(), PAYEE.to_lowercase(), 1_000_000)],
+            "{token}"
+        );
+        assert_eq!(anvil.balance_of(token, PAYEE), payee_before + 1_000_000);
+
+        // The same payment again, without a key: no second success, and the hash that paid it.
+        let again = settle(&app, None, &body).await.json();
+        assert_eq!(again["success"], false, "{again}");
+        assert_eq!(again["errorReason"], "invalid_exact_evm_nonce_already_used");
+        assert_eq!(again["transaction"], hash.as_str());
+        // And verify says the same.
+        let verified = verify(&app, &body).await;
+        assert_eq!(
+            verified["invalidReason"],
+            "invalid_exact_evm_nonce_already_used"
+        );
+
+        // The payment is an intent of the merchant, found by its key.
+        let path = format!("/x402/payments/eip155:31337/{PAYER}/{}", payment.nonce);
+        let found = app.get_as(DEMO_TOKEN, &path).await;
+        assert_eq!(found.status, 200, "{}", found.body);
+        let found = found.json();
+        assert_eq!(found["success_transaction"], hash.as_str());
+        assert_eq!(found["asset"], token);
+        let intent = &found["payment_intent"];
+        assert_eq!(intent["amount"], "1000000");
+        assert_eq!(intent["payer"], PAYER);
+        assert_eq!(intent["merchant"], PAYEE);
+        assert_eq!(intent["checkout_url"], Value::Null);
+        let id = intent["id"].as_str().unwrap().to_owned();
+        app.wait_for_state(&id, "succeeded").await;
+        assert_eq!(
+            app.event_types(&id).await,
+            [
+                "payment_intent.created",
+                "payment_intent.processing",
+                "payment_intent.succeeded"
+            ]
+        );
+        let booked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+        )
+        .bind(&id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(booked, 1, "{token}");
+        // Another merchant cannot see it.
+        assert_eq!(app.get_as(OTHER_TOKEN, &path).await.status, 404);
+    }
+}
+
+#[tokio::test]
+async fn ten_concurrent_settles_of_one_payment_send_one_transaction_and_one_success() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = payment.request(&anvil, payment.requirements());
+    let settles = (0..10).map(|_| settle(&app, None, &body));
+    let answers: Vec<Value> = futures::future::join_all(settles)
+        .await
+        .iter()
+        .map(|a| a.json())
+        .collect();
+    let successes: Vec<&Value> = answers.iter().filter(|a| a["success"] == true).collect();
+    assert_eq!(successes.len(), 1, "{answers:?}");
+    let hash = successes[0]["transaction"].as_str().unwrap();
+    for answer in answers.iter().filter(|a| a["success"] == false) {
+        assert_eq!(
+            answer["errorReason"], "invalid_exact_evm_nonce_already_used",
+            "{answer}"
+        );
+        assert_eq!(answer["transaction"], hash, "{answer}");
+    }
+    let sent: Vec<Vec<String>> = sqlx::query_scalar("SELECT tx_hashes FROM chain_submissions")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(sent, vec![vec![hash.to_owned()]]);
+}
+
+#[tokio::test]
+async fn the_same_nonce_with_another_payload_is_refused() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    let mut payment = Payment::new(&anvil, TOKEN).await;
+    let first = settle(&app, None, &payment.request(&anvil, payment.requirements()))
+        .await
+        .json();
+    assert_eq!(first["success"], true, "{first}");
+    payment.value = "2000000";
+    let mut required = payment.requirements();
+    required["amount"] = "2000000".into();
+    let other = settle(&app, None, &payment.request(&anvil, required))
+        .await
+        .json();
+    assert_eq!(other["success"], false, "{other}");
+    assert_eq!(other["errorReason"], "invalid_exact_evm_nonce_already_used");
+    assert_eq!(other["transaction"], "");
+    assert_eq!(app.intent_count().await, 1);
+}
+
+#[tokio::test]
+async fn a_bad_payment_is_refused_at_settle_with_the_verify_reason_and_nothing_is_stored() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    let mut payment = Payment::new(&anvil, TOKEN).await;
+    payment.signer = PAYEE_KEY;
+    let answer = settle(
+        &app,
+        Some("bad-1"),
+        &payment.request(&anvil, payment.requirements()),
+    )
+    .await
+    .json();
+    assert_eq!(
+        (
+            answer["success"].clone(),
+            answer["errorReason"].clone(),
+            answer["transaction"].clone()
+        ),
+        (
+            json!(false),
+            json!("invalid_exact_evm_signature"),
+            json!("")
+        )
+    );
+    assert_eq!(app.intent_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_settle_past_its_deadline_says_pending_and_its_retry_with_the_same_key_learns_the_outcome()
+ {
+    let anvil = Anvil::start().await;
+    // No relayer: the payment is stored and queued, and nothing sends it.
+    let settlement = anvil.settlement(1);
+    let waiting = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| {
+            s.settlement = settlement;
+            s.request_timeout = std::time::Duration::from_secs(3);
+        }
+    })
+    .await;
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = payment.request(&anvil, payment.requirements());
+    let pending = settle(&waiting, Some("settle-1"), &body).await.json();
+    assert_eq!(pending["success"], false, "{pending}");
+    assert_eq!(pending["errorReason"], "settlement_pending");
+    assert_eq!(pending["transaction"], "");
+    let record = waiting.key_record(DEMO_MERCHANT, "settle-1").await.unwrap();
+    assert_eq!(
+        record.state, "in_flight",
+        "a pending answer is not the key's answer"
+    );
+
+    // A replica with the relayer: the retry with the same key resumes at the stored payment.
+    let relaying = TestApp::spawn_on(&waiting.database_url, move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let learnt = settle(&relaying, Some("settle-1"), &body).await;
+    let answer = learnt.json();
+    assert_eq!(answer["success"], true, "{answer}");
+    let hash = answer["transaction"].as_str().unwrap();
+    assert_eq!(transfers_in(&anvil, hash).await.len(), 1);
+    assert_eq!(relaying.intent_count().await, 1);
+    let record = relaying
+        .key_record(DEMO_MERCHANT, "settle-1")
+        .await
+        .unwrap();
+    assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
+    let resumed_at: Option<String> =
+        sqlx::query_scalar("SELECT recovery_point FROM idempotency_keys WHERE key = 'settle-1'")
+            .fetch_one(&relaying.db)
+            .await
+            .unwrap();
+    assert_eq!(resumed_at.as_deref(), Some("payment_stored"));
+
+    // The same key again replays byte for byte; another settle of it never says success.
+    let replayed = settle(&relaying, Some("settle-1"), &body).await;
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replayed.body, learnt.body);
+    let other = settle(&relaying, Some("settle-2"), &body).await.json();
+    assert_eq!(other["success"], false);
+    assert_eq!(other["transaction"], hash);
 }

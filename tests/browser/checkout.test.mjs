@@ -9,79 +9,21 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, existsSync } from "node:fs";
-import { createServer } from "node:net";
 import { createRequire } from "node:module";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { root, until, startChain, startApi, PAYER, MERCHANT, STRANGER, DEVNET_USD, USDC } from "../node/stack.mjs";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "../..");
 const shots = path.join(root, "target/browser");
 mkdirSync(shots, { recursive: true });
 const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-
-const binary = process.env.PAYMENTS_API_BIN ?? path.join(root, "target/release/payments-api");
-const serverUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const tools = path.join(root, "contracts/node_modules/.bin");
 
-// Anvil's well-known dev accounts (public keys of a public mnemonic; a devnet only).
-const PAYER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
-const MERCHANT = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
-const STRANGER = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
-const RELAYER_KEY = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6";
-const DEVNET_USD = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
-const USDC = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
-const MERCHANT_TOKEN = "merchant-demo";
-
-let anvil, api, apiLog = "", base, rpcUrl, browser, databaseUrl;
-
-async function freePort() {
-  return new Promise((resolve) => {
-    const server = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function until(what, check, timeout = 30000) {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value) return value;
-    } catch {}
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function rpc(method, params = []) {
-  const answer = await fetch(rpcUrl, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
-  });
-  const body = await answer.json();
-  if (body.error) throw Object.assign(new Error(body.error.message), { code: body.error.code });
-  return body.result;
-}
-
-function balanceOf(token, address) {
-  const out = execFileSync(path.join(tools, "cast"), ["call", "--rpc-url", rpcUrl, token, "balanceOf(address)(uint256)", address]);
-  return BigInt(out.toString().trim().split(/\s+/)[0]);
-}
-
-async function merchant(method, route, body, key) {
-  const headers = { Authorization: `Bearer ${MERCHANT_TOKEN}`, "content-type": "application/json" };
-  if (key) headers["Idempotency-Key"] = key;
-  const answer = await fetch(`${base}${route}`, { method, headers, body: body && JSON.stringify(body) });
-  return { status: answer.status, body: await answer.json() };
-}
+let chain, api, base, browser;
+const rpc = (method, params) => chain.rpc(method, params);
+const balanceOf = (token, address) => chain.balanceOf(token, address);
+const merchant = (method, route, body, key) => api.merchant(method, route, body, key);
 
 async function createIntent({ token = DEVNET_USD, amount = "25000000", expires = 900 } = {}) {
   const { status, body } = await merchant("POST", "/v1/payment_intents", {
@@ -93,35 +35,10 @@ async function createIntent({ token = DEVNET_USD, amount = "25000000", expires =
 }
 
 before(async () => {
-  assert.ok(existsSync(binary), `${binary} is missing: cargo build --release --bin payments-api`);
   assert.ok(existsSync(chromiumPath), `${chromiumPath} is missing: apt-get install chromium`);
-  const anvilPort = await freePort();
-  rpcUrl = `http://127.0.0.1:${anvilPort}`;
-  anvil = spawn(path.join(tools, "anvil"), ["--port", String(anvilPort), "--chain-id", "31337", "--silent"], { stdio: "ignore" });
-  await until("anvil", () => rpc("eth_chainId"));
-  execFileSync(binary, ["devnet", "--rpc-url", rpcUrl], { stdio: "ignore" });
-
-  databaseUrl = serverUrl.replace(/\/[^/]*$/, `/checkout_${process.pid}_${Date.now()}`);
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  api = spawn(binary, ["serve", "--migrate"], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      BIND_ADDR: `127.0.0.1:${port}`,
-      PUBLIC_BASE_URL: base,
-      CHAINS: `evm:31337=${rpcUrl}`,
-      CHAIN_CONFIRMATIONS: "1",
-      CHAIN_POLL_INTERVAL_MS: "200",
-      RELAYER_PRIVATE_KEY: RELAYER_KEY,
-      BOOTSTRAP_API_KEYS: `${MERCHANT_TOKEN}=merchant_demo,merchant-other=merchant_other`,
-      RUST_LOG: "info",
-    },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  api.stdout.on("data", (chunk) => (apiLog += chunk));
-  api.stderr.on("data", (chunk) => (apiLog += chunk));
-  await until("the API to be ready", async () => (await fetch(`${base}/readyz`)).ok, 60000);
+  chain = await startChain();
+  api = await startApi("checkout", chain);
+  base = api.base;
   const named = await merchant("POST", "/v1/merchant", { display_name: "Kaffa Coffee Roasters" });
   assert.equal(named.status, 200, JSON.stringify(named.body));
 
@@ -134,8 +51,8 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  api?.kill("SIGTERM");
-  anvil?.kill("SIGTERM");
+  api?.stop();
+  chain?.stop();
 });
 
 // ---- the test wallet -------------------------------------------------------------------------
@@ -424,6 +341,6 @@ test("a client secret opens its own intent's checkout only, and never reaches th
   await page.goto(one.checkout_url);
   await page.getByText("Kaffa Coffee Roasters").waitFor();
   await context.close();
-  assert.ok(apiLog.includes(`/checkout/${one.id}`) || apiLog.includes("/v1/checkout/{id}"), "the log has the requests");
-  assert.ok(!apiLog.includes(secret.split("_secret_")[1]), "the client secret is not in the log");
+  assert.ok(api.log().includes(`/checkout/${one.id}`) || api.log().includes("/v1/checkout/{id}"), "the log has the requests");
+  assert.ok(!api.log().includes(secret.split("_secret_")[1]), "the client secret is not in the log");
 });

@@ -1,0 +1,500 @@
+//! `POST /x402/settle`: one payment, one success (`docs/x402.md`, "Settle"). A payment is the
+//! token's (chain, token, authorizer, nonce), which the client chose. The first settle of it
+//! checks it as verify does, stores it as a payment intent of the merchant and queues its
+//! submission, and commits that as a phase before it waits (`docs/design.md`, "Atomic phases"),
+//! so the relayer sees it at once. Whoever then sees the transfer in a block first claims the one
+//! `success: true`; every other settle of it hears the used nonce and the hash that paid it.
+
+use std::time::Duration;
+
+use alloy::{
+    primitives::{Address, B256},
+    providers::Provider,
+};
+use axum::{
+    Extension, Json,
+    extract::State,
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+use tokio::time::Instant;
+
+use super::exact_evm::{self, Checked, Eip3009Payload, Request};
+use crate::{
+    auth::MerchantId,
+    db::{Pool, Tx},
+    deadline::Deadline,
+    error::ApiError,
+    idempotency::{Phases, provisional},
+    intents::{
+        domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
+        repo::{self, Expires, NewIntent},
+        state::{Action, Actor},
+    },
+    settlement::{Chains, payments},
+};
+
+/// The recovery point of a settle whose payment is stored and queued: a takeover waits for it.
+pub const STORED: &str = "payment_stored";
+
+/// How long before the request's deadline a settle stops waiting, to answer (and store its answer)
+/// in time.
+const ANSWER_MARGIN: Duration = Duration::from_millis(1500);
+/// How often a waiting settle looks for its transaction's receipt: a fraction of a block.
+const RECEIPT_POLL: Duration = Duration::from_millis(100);
+
+/// `/settle`'s answer, the reference's shape: always 200, `success` says how it went.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleResponse {
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+    /// The transaction that paid it; `""` when none is known (the reference's convention).
+    pub transaction: String,
+    /// CAIP-2, as the payment named it.
+    pub network: String,
+}
+
+/// What every answer about one payment shares.
+struct Answer {
+    network: String,
+    payer: Option<String>,
+}
+
+impl Answer {
+    fn success(&self, transaction: String) -> SettleResponse {
+        SettleResponse {
+            success: true,
+            error_reason: None,
+            error_message: None,
+            payer: self.payer.clone(),
+            transaction,
+            network: self.network.clone(),
+        }
+    }
+
+    fn failure(
+        &self,
+        reason: &'static str,
+        message: impl Into<String>,
+        transaction: Option<String>,
+    ) -> SettleResponse {
+        SettleResponse {
+            success: false,
+            error_reason: Some(reason),
+            error_message: Some(message.into()),
+            payer: self.payer.clone(),
+            transaction: transaction.unwrap_or_default(),
+            network: self.network.clone(),
+        }
+    }
+}
+
+/// A payment's key, as the token sees it.
+#[derive(Debug, Clone)]
+pub struct PaymentKey {
+    pub chain: String,
+    pub token: Address,
+    pub authorizer: Address,
+    pub nonce: B256,
+}
+
+/// A stored x402 payment.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub merchant_id: String,
+    pub intent_id: String,
+    pub fingerprint: Vec<u8>,
+    pub success_tx: Option<String>,
+    pub success_key: Option<String>,
+}
+
+/// Settle a payment: submit its authorization and answer once the transfer is in a block.
+#[utoipa::path(
+    post,
+    path = "/x402/settle",
+    operation_id = "x402_settle",
+    tag = "x402",
+    request_body(content = Object, content_type = "application/json", description = "`{x402Version: 2, paymentPayload, paymentRequirements}`"),
+    responses(
+        (status = 200, description = "Settled or not, and why; `settlement_pending` when the transfer is not in a block by the deadline", body = SettleResponse),
+        (status = 400, description = "`invalid_request`: not a v2 settle request", body = crate::error::ErrorBody),
+        (status = 503, description = "`unavailable`: the database or the chain did not answer; retry", body = crate::error::ErrorBody),
+    )
+)]
+pub async fn settle(
+    State(pool): State<Pool>,
+    Extension(chains): Extension<Chains>,
+    Extension(merchant): Extension<MerchantId>,
+    Extension(Deadline(deadline)): Extension<Deadline>,
+    phases: Phases,
+    mut tx: Tx,
+    crate::extract::JsonBody(request): crate::extract::JsonBody<Request>,
+) -> Result<Response, ApiError> {
+    let mut answer = Answer {
+        network: request.payment_payload.accepted.network.to_string(),
+        payer: None,
+    };
+    let Some(payload) = exact_evm::eip3009_payload(&request) else {
+        let why = "the payload is not an EIP-3009 authorization with its signature";
+        return Ok(json(answer.failure("unsupported_payload_type", why, None)));
+    };
+    answer.payer = Some(payload.authorization.from.to_checksum(None));
+    let network = request.payment_requirements.network.to_string();
+    let Some(chain) = exact_evm::served_chain(&chains, &network) else {
+        let why = format!("{network} is not served here");
+        return Ok(json(answer.failure("invalid_network", why, None)));
+    };
+    let Ok(token) = request.payment_requirements.asset.parse::<Address>() else {
+        let why = "the asset is not an address";
+        return Ok(json(answer.failure("invalid_exact_evm_payload", why, None)));
+    };
+    let key = PaymentKey {
+        chain,
+        token,
+        authorizer: payload.authorization.from,
+        nonce: payload.authorization.nonce,
+    };
+    let fingerprint = fingerprint(&payload, token, &network);
+    let success_key = phases.key().map(|k| format!("{}/{k}", merchant.as_str()));
+
+    let held = if phases.recovery_point() == Some(STORED) {
+        find(&mut tx, &key)
+            .await?
+            .ok_or_else(|| ApiError::internal("the recovery point says the payment is stored"))?
+    } else {
+        match store(&mut tx, &chains, &merchant, &request, &key, &fingerprint).await? {
+            Ok(held) => held,
+            Err(refused) => return Ok(json(answer.failure_of(refused))),
+        }
+    };
+    let used = "invalid_exact_evm_nonce_already_used";
+    if held.merchant_id != merchant.as_str() || held.fingerprint != fingerprint {
+        let why = "this authorizer's nonce on this token is held here for another payment";
+        return Ok(json(answer.failure(used, why, None)));
+    }
+    if let Some(paid_by) = &held.success_tx
+        && (success_key.is_none() || held.success_key != success_key)
+    {
+        let why = "this payment was settled already, and that settle was answered success";
+        return Ok(json(answer.failure(used, why, Some(paid_by.clone()))));
+    }
+    // What is stored stays: the relayer sees it now, and a retry of this key resumes here.
+    let phase = phases.commit(tx, STORED).await?;
+    let until = deadline.checked_sub(ANSWER_MARGIN).unwrap_or(deadline);
+    let outcome = await_transfer(&pool, &chains, &key, &held, until).await?;
+    match outcome {
+        Transfer::Mined(hash) => {
+            let mut tx = phase.resume().await?;
+            let response = match claim_success(&mut tx, &key, &hash, success_key.as_deref()).await?
+            {
+                Claimed::Won(hash) => answer.success(hash),
+                Claimed::Lost(paid_by) => {
+                    let why =
+                        "this payment is settled, and another settle of it was answered success";
+                    answer.failure(used, why, Some(paid_by))
+                }
+            };
+            Ok(json(response))
+        }
+        Transfer::Failed { reason, message } => Ok(json(answer.failure(reason, message, None))),
+        Transfer::Pending { hash, why } => Ok(provisional(json(answer.failure(
+            "settlement_pending",
+            why,
+            hash,
+        )))),
+    }
+}
+
+impl Answer {
+    fn failure_of(&self, refused: exact_evm::VerifyResponse) -> SettleResponse {
+        let reason = refused
+            .invalid_reason
+            .unwrap_or("invalid_exact_evm_payload");
+        let message = refused.invalid_message.unwrap_or_default();
+        self.failure(reason, message, None)
+    }
+}
+
+fn json(response: SettleResponse) -> Response {
+    Json(response).into_response()
+}
+
+/// What the payment says, hashed: the same nonce with another payload is another payment.
+fn fingerprint(payload: &Eip3009Payload, token: Address, network: &str) -> Vec<u8> {
+    let a = &payload.authorization;
+    let canonical = serde_json::json!({
+        "network": network,
+        "asset": token.to_checksum(None),
+        "from": a.from.to_checksum(None),
+        "to": a.to.to_checksum(None),
+        "value": a.value,
+        "validAfter": a.valid_after,
+        "validBefore": a.valid_before,
+        "nonce": a.nonce.to_string(),
+        "signature": payload.signature.to_ascii_lowercase(),
+    });
+    Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+}
+
+/// The payment stored under `key`, if any.
+pub async fn find(conn: &mut PgConnection, key: &PaymentKey) -> Result<Option<Held>, sqlx::Error> {
+    sqlx::query_as!(
+        Held,
+        r#"SELECT merchant_id, intent_id, fingerprint, success_tx, success_key FROM x402_payments
+            WHERE chain = $1 AND token = $2 AND authorizer = $3 AND nonce = $4"#,
+        key.chain,
+        key.token.to_checksum(None),
+        key.authorizer.to_checksum(None),
+        key.nonce.as_slice(),
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The payment under `key`: the one stored already, or else, if it passes every check, stored now
+/// as a `processing` intent with its submission queued, in `tx`. `Err` is the check that failed.
+async fn store(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    request: &Request,
+    key: &PaymentKey,
+    fingerprint: &[u8],
+) -> Result<Result<Held, exact_evm::VerifyResponse>, ApiError> {
+    if let Some(held) = find(tx, key).await? {
+        return Ok(Ok(held));
+    }
+    let checked = match exact_evm::check(tx, chains, request).await? {
+        Ok(checked) => checked,
+        Err(refused) => {
+            // A concurrent settle of the same payment may have committed since the look above.
+            return Ok(match find(tx, key).await? {
+                Some(held) => Ok(held),
+                None => Err(refused),
+            });
+        }
+    };
+    let intent_id = IntentId::generate();
+    let network = request.payment_requirements.network.to_string();
+    let inserted = sqlx::query_as!(
+        Held,
+        r#"INSERT INTO x402_payments (chain, token, authorizer, nonce, merchant_id, intent_id, network, fingerprint)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           ON CONFLICT DO NOTHING
+           RETURNING merchant_id, intent_id, fingerprint, success_tx, success_key"#,
+        key.chain,
+        key.token.to_checksum(None),
+        key.authorizer.to_checksum(None),
+        key.nonce.as_slice(),
+        merchant.as_str(),
+        intent_id.as_str(),
+        network,
+        fingerprint,
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(held) = inserted else {
+        // A concurrent settle stored it first: this insert waited for its commit, and now sees it.
+        return find(tx, key)
+            .await?
+            .map(Ok)
+            .ok_or_else(|| ApiError::internal("an x402 payment conflicted and is gone"));
+    };
+    open_intent(tx, merchant, &intent_id, &checked, request).await?;
+    Ok(Ok(held))
+}
+
+/// The payment as a payment intent of the merchant, `processing` at once (its authorization is
+/// signed), and its submission queued.
+async fn open_intent(
+    tx: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &IntentId,
+    checked: &Checked,
+    request: &Request,
+) -> Result<(), ApiError> {
+    let a = &checked.authorization;
+    let stored = |what: &str, e: String| ApiError::internal(&format!("x402 {what}: {e}"));
+    let address = |raw: Address| IntentAddress::parse(&raw.to_checksum(None));
+    let expires_at =
+        OffsetDateTime::from_unix_timestamp(a.valid_before.min(i64::MAX as u64) as i64)
+            .map_err(|e| ApiError::InvalidRequest(format!("validBefore: {e}")))?;
+    let resource = request
+        .payment_payload
+        .resource
+        .as_ref()
+        .map(|r| r.url.clone());
+    let mut pairs = vec![(
+        "x402_network",
+        request.payment_requirements.network.to_string(),
+    )];
+    pairs.extend(resource.map(|url| ("x402_resource", url)));
+    let new = NewIntent {
+        chain: Chain::parse(&checked.chain).map_err(|e| stored("chain", e))?,
+        token: address(a.token).map_err(|e| stored("asset", e))?,
+        payer: address(a.from).map_err(|e| stored("payer", e))?,
+        payee: address(a.to).map_err(|e| stored("payTo", e))?,
+        amount: Amount::parse(&a.value.to_string())
+            .map_err(|e| ApiError::InvalidRequest(format!("value: {e}")))?,
+        expires: Expires::At(expires_at),
+        metadata: Metadata::of_ours(pairs.iter().map(|(k, v)| (*k, v.as_str()))),
+        nonce: Some(a.nonce.0),
+    };
+    let actor = Actor::Merchant(merchant.as_str().to_owned());
+    repo::insert(tx, merchant, id, &new, None).await?;
+    repo::apply_paid(
+        tx,
+        merchant.as_str(),
+        id.as_str(),
+        Action::Confirm,
+        &actor,
+        None,
+    )
+    .await
+    .map_err(|e| ApiError::internal(&format!("a new x402 intent cannot be confirmed: {e}")))?;
+    payments::queue_authorization(tx, payments::KIND, id.as_str(), a, &checked.proof).await?;
+    Ok(())
+}
+
+/// Where a stored payment's transfer is.
+enum Transfer {
+    /// In a block, by this transaction (not necessarily confirmed yet).
+    Mined(String),
+    /// It will never be made: the reason to answer.
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+    /// Not in a block by the deadline: the last transaction sent for it, if any, and why it waits.
+    Pending { hash: Option<String>, why: String },
+}
+
+/// Waits until the payment's transfer is in a block, or the payment ended otherwise, or `until`.
+async fn await_transfer(
+    pool: &Pool,
+    chains: &Chains,
+    key: &PaymentKey,
+    held: &Held,
+    until: Instant,
+) -> Result<Transfer, ApiError> {
+    let (endpoint, node) = chains
+        .get(&key.chain)
+        .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
+    let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
+    loop {
+        let now = {
+            let mut conn = pool.acquire().await?;
+            sqlx::query!(
+                r#"SELECT i.state AS "state: crate::intents::state::IntentState", i.failure_reason, i.pending_reason,
+                          i.settlement->>'transaction_hash' AS settled_by,
+                          coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
+                     FROM payment_intents i
+                     LEFT JOIN chain_submissions s ON s.chain_id = $3 AND s.dedupe_key = $4
+                    WHERE i.merchant_id = $1 AND i.id = $2"#,
+                held.merchant_id,
+                held.intent_id,
+                endpoint.id as i64,
+                dedupe_key,
+            )
+            .fetch_one(&mut *conn)
+            .await?
+        };
+        use crate::intents::state::IntentState;
+        match now.state {
+            IntentState::Succeeded => {
+                if let Some(hash) = now.settled_by {
+                    return Ok(Transfer::Mined(hash));
+                }
+            }
+            IntentState::Failed | IntentState::Canceled => {
+                let failure = now.failure_reason.unwrap_or_default();
+                let reason = match failure.as_str() {
+                    "authorization_expired" => {
+                        "invalid_exact_evm_payload_authorization_valid_before"
+                    }
+                    "nonce_used_otherwise" | "authorization_canceled" => {
+                        "invalid_exact_evm_nonce_already_used"
+                    }
+                    _ => "invalid_exact_evm_transaction_failed",
+                };
+                let message = format!("the payment will not be made: {failure}");
+                return Ok(Transfer::Failed { reason, message });
+            }
+            _ => {}
+        }
+        for hash in now.tx_hashes.iter().rev() {
+            let Ok(parsed) = hash.parse::<B256>() else {
+                continue;
+            };
+            let receipt = node.get_transaction_receipt(parsed).await.map_err(|e| {
+                ApiError::ChainUnavailable(format!(
+                    "{} did not answer for the payment's transaction {hash} ({e}); the payment is stored and will be made: settle again to learn it",
+                    key.chain
+                ))
+            })?;
+            if receipt.is_some_and(|r| r.status()) {
+                return Ok(Transfer::Mined(hash.clone()));
+            }
+        }
+        if Instant::now() + RECEIPT_POLL > until {
+            let hash = now.tx_hashes.last().cloned();
+            let why = match (&hash, now.pending_reason) {
+                (_, Some(held_for)) => format!(
+                    "the token refuses the transfer for now ({held_for}); it is tried again until validBefore"
+                ),
+                (Some(hash), None) => format!("the transfer {hash} is sent and not in a block yet"),
+                (None, None) => "the transfer is queued and not sent yet".to_owned(),
+            };
+            return Ok(Transfer::Pending { hash, why });
+        }
+        tokio::time::sleep(RECEIPT_POLL).await;
+    }
+}
+
+enum Claimed {
+    Won(String),
+    /// Another settle of it was answered success, with this transaction.
+    Lost(String),
+}
+
+/// Claims the payment's one `success: true` for this settle: the first to claim it, or a retry
+/// with the Idempotency-Key that claimed it (`success_key`), gets it, with the transaction it
+/// claimed; everyone else hears that transaction.
+async fn claim_success(
+    tx: &mut Tx,
+    key: &PaymentKey,
+    hash: &str,
+    success_key: Option<&str>,
+) -> Result<Claimed, sqlx::Error> {
+    let won = sqlx::query_scalar!(
+        r#"UPDATE x402_payments
+              SET succeeded_at = coalesce(succeeded_at, now()),
+                  success_tx = coalesce(success_tx, $5),
+                  success_key = CASE WHEN succeeded_at IS NULL THEN $6 ELSE success_key END
+            WHERE chain = $1 AND token = $2 AND authorizer = $3 AND nonce = $4
+              AND (succeeded_at IS NULL OR success_key = $6)
+        RETURNING success_tx AS "success_tx!""#,
+        key.chain,
+        key.token.to_checksum(None),
+        key.authorizer.to_checksum(None),
+        key.nonce.as_slice(),
+        hash,
+        success_key,
+    )
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(hash) = won {
+        return Ok(Claimed::Won(hash));
+    }
+    let paid_by = find(tx, key).await?.and_then(|held| held.success_tx);
+    Ok(Claimed::Lost(paid_by.unwrap_or_else(|| hash.to_owned())))
+}

@@ -1,0 +1,273 @@
+// payments-api as an x402 facilitator, proven with x402's own code (docs/x402.md): the unmodified
+// @x402/fetch client paying with a viem account, an @x402/express resource server whose
+// HTTPFacilitatorClient points at our /x402, on anvil with the devnet token and Circle's USDC.
+// Beside it, a differential test: the reference facilitator (x402Facilitator with @x402/evm's
+// exact scheme) and ours verify the same bad payments and must give the same answers.
+//
+// Needs what tests/node/stack.mjs needs; scripts/x402-test.sh sets it.
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, request as httpRequest } from "node:http";
+import express from "express";
+import { paymentMiddleware, x402ResourceServer } from "@x402/express";
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import { x402Facilitator } from "@x402/core/facilitator";
+import { decodePaymentSignatureHeader } from "@x402/core/http";
+import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
+import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
+import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
+import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitator";
+import { toFacilitatorEvmSigner } from "@x402/evm";
+import { createWalletClient, defineChain, http, publicActions, keccak256, toHex } from "viem";
+// viem carries Multicall3's bytecode for its deployless calls, though it does not export it.
+import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
+import { privateKeyToAccount } from "viem/accounts";
+import {
+  freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, MERCHANT_TOKEN, SPARE_KEY, DEVNET_USD, USDC,
+} from "../node/stack.mjs";
+
+const NETWORK = "eip155:31337";
+const PRICE = "10000";
+const TOKENS = {
+  [DEVNET_USD]: { name: "Devnet USD", version: "1" },
+  [USDC]: { name: "USD Coin", version: "2" },
+};
+const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
+
+let chain, api, resource, resourceUrl, dropper;
+
+/// A facilitator client as a merchant configures it: our /x402 at `url`, the merchant's API key.
+function facilitatorAt(url) {
+  return new HTTPFacilitatorClient({
+    url,
+    createAuthHeaders: async () => {
+      const auth = { Authorization: `Bearer ${MERCHANT_TOKEN}` };
+      return { verify: auth, settle: auth, supported: auth };
+    },
+  });
+}
+
+/// The resource server of the README: an express app whose routes cost PRICE of a token.
+async function startResource(facilitatorUrl) {
+  const server = new x402ResourceServer(facilitatorAt(facilitatorUrl)).register(NETWORK, new ExactEvmServer());
+  const route = (asset) => ({
+    accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra: TOKENS[asset] } },
+    description: "The weather, paid per call",
+  });
+  const app = express();
+  app.use(paymentMiddleware({ "GET /weather": route(DEVNET_USD), "GET /weather-usdc": route(USDC) }, server));
+  app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
+  app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
+  const port = await freePort();
+  const listening = app.listen(port, "127.0.0.1");
+  await new Promise((resolve) => listening.once("listening", resolve));
+  return { url: `http://127.0.0.1:${port}`, close: () => listening.close() };
+}
+
+/// A proxy to our API that, while armed, answers nothing to the next POST /x402/settle: it lets the
+/// request through, waits for our answer and then drops the connection.
+async function startDropper(upstream) {
+  const target = new URL(upstream);
+  const state = { armed: false, dropped: 0 };
+  const server = createServer((req, res) => {
+    const drop = state.armed && req.method === "POST" && req.url.endsWith("/x402/settle");
+    if (drop) state.armed = false;
+    const forward = httpRequest(
+      { host: target.hostname, port: target.port, method: req.method, path: req.url, headers: req.headers },
+      (answer) => {
+        if (drop) {
+          answer.resume();
+          answer.on("end", () => {
+            state.dropped += 1;
+            req.socket.destroy();
+          });
+          return;
+        }
+        res.writeHead(answer.statusCode, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    req.pipe(forward);
+  });
+  const port = await freePort();
+  await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${port}`, state, close: () => server.close() };
+}
+
+/// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
+/// not sent at all (the test answers it), so the signed header can be used as the test likes.
+function payingClient({ hold = false } = {}) {
+  const sent = [];
+  const transport = async (input, init) => {
+    const request = new Request(input, init);
+    const signature = request.headers.get("payment-signature");
+    if (signature) {
+      sent.push(signature);
+      if (hold) return new Response("held by the test", { status: 599 });
+    }
+    return fetch(request);
+  };
+  const pay = wrapFetchWithPaymentFromConfig(transport, {
+    schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(PAYER_KEY)) }],
+    // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
+    spendControls: {
+      allowedAssets: Object.keys(TOKENS).map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
+    },
+  });
+  return { pay, sent };
+}
+
+/// The token transfers in a mined transaction: [from, to, value].
+async function transfersIn(hash) {
+  const receipt = await chain.rpc("eth_getTransactionReceipt", [hash]);
+  assert.equal(receipt?.status, "0x1", `${hash} is mined and succeeded`);
+  return receipt.logs
+    .filter((log) => log.topics[0] === TRANSFER)
+    .map((log) => [`0x${log.topics[1].slice(26)}`, `0x${log.topics[2].slice(26)}`, BigInt(log.data)]);
+}
+
+const paidOnce = (transfers) =>
+  assert.deepEqual(transfers, [[PAYER.toLowerCase(), MERCHANT.toLowerCase(), BigInt(PRICE)]]);
+
+before(async () => {
+  chain = await startChain();
+  api = await startApi("x402", chain);
+  dropper = await startDropper(api.base);
+  resource = await startResource(`${dropper.url}/x402`);
+  resourceUrl = resource.url;
+});
+
+after(async () => {
+  resource?.close();
+  dropper?.close();
+  api?.stop();
+  chain?.stop();
+});
+
+test("a paid request gets 200 and a PAYMENT-RESPONSE whose hash is a mined transfer of exactly the price", async () => {
+  for (const [route, asset] of [["/weather", DEVNET_USD], ["/weather-usdc", USDC]]) {
+    const before = chain.balanceOf(asset, MERCHANT);
+    const { pay } = payingClient();
+    const answer = await pay(`${resourceUrl}${route}`);
+    assert.equal(answer.status, 200, await answer.clone().text());
+    assert.ok((await answer.json()).weather.startsWith("sunny"));
+    const settled = decodePaymentResponseHeader(answer.headers.get("payment-response"));
+    assert.equal(settled.success, true, JSON.stringify(settled));
+    assert.equal(settled.network, NETWORK);
+    assert.equal(settled.payer, PAYER);
+    paidOnce(await transfersIn(settled.transaction));
+    assert.equal(chain.balanceOf(asset, MERCHANT), before + BigInt(PRICE), route);
+  }
+});
+
+test("the same PAYMENT-SIGNATURE replayed gets no second access and no second transfer", async () => {
+  const { pay, sent } = payingClient();
+  const first = await pay(`${resourceUrl}/weather`);
+  assert.equal(first.status, 200);
+  const balance = chain.balanceOf(DEVNET_USD, MERCHANT);
+  for (let i = 0; i < 3; i++) {
+    const replay = await fetch(`${resourceUrl}/weather`, { headers: { "PAYMENT-SIGNATURE": sent[0] } });
+    assert.equal(replay.status, 402, `replay ${i} is refused`);
+  }
+  assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance);
+});
+
+test("ten parallel requests with one payment: one access, one transfer", async () => {
+  const { pay, sent } = payingClient({ hold: true });
+  assert.equal((await pay(`${resourceUrl}/weather`)).status, 599);
+  const balance = chain.balanceOf(DEVNET_USD, MERCHANT);
+  const answers = await Promise.all(
+    Array.from({ length: 10 }, () => fetch(`${resourceUrl}/weather`, { headers: { "PAYMENT-SIGNATURE": sent[0] } })),
+  );
+  const statuses = answers.map((a) => a.status);
+  assert.equal(statuses.filter((s) => s === 200).length, 1, `one access: ${statuses}`);
+  assert.ok(statuses.every((s) => s === 200 || s === 402), `${statuses}`);
+  assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance + BigInt(PRICE));
+});
+
+test("a settle whose answer is lost: one transfer, found afterwards, and no access on a replay", async () => {
+  const { pay, sent } = payingClient();
+  const balance = chain.balanceOf(DEVNET_USD, MERCHANT);
+  dropper.state.armed = true;
+  const answer = await pay(`${resourceUrl}/weather`);
+  assert.equal(dropper.state.dropped, 1, "the settle's answer was dropped");
+  assert.notEqual(answer.status, 200, "the resource server heard no success");
+  const { authorization } = decodePaymentSignatureHeader(sent[0]).payload;
+  const found = await until("the payment to be findable and paid", async () => {
+    const { status, body } = await api.merchant("GET", `/x402/payments/${NETWORK}/${authorization.from}/${authorization.nonce}`);
+    return status === 200 && body.payment_intent.state === "succeeded" && body;
+  });
+  assert.equal(found.transactions.length, 1, JSON.stringify(found));
+  assert.equal(found.payment_intent.amount, PRICE);
+  paidOnce(await transfersIn(found.transactions[0]));
+  const replay = await fetch(`${resourceUrl}/weather`, { headers: { "PAYMENT-SIGNATURE": sent[0] } });
+  assert.equal(replay.status, 402);
+  assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance + BigInt(PRICE));
+});
+
+// ---- differential: the reference facilitator and ours, on the same bad payments --------------
+
+/// A payment signed by `key` over the domain of `extra` (default: the token's own), for the
+/// requirements `required`; `change` alters the authorization before it is signed.
+async function signedPayment({ key = PAYER_KEY, asset = DEVNET_USD, extra = TOKENS[asset], change = () => {}, requirements = () => {} }) {
+  const latest = await chain.rpc("eth_getBlockByNumber", ["latest", false]);
+  const now = Number(BigInt(latest.timestamp));
+  const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra };
+  requirements(required);
+  const authorization = {
+    from: PAYER, to: MERCHANT, value: PRICE, validAfter: String(now - 600), validBefore: String(now + 600),
+    nonce: toHex(crypto.getRandomValues(new Uint8Array(32))),
+  };
+  change(authorization);
+  const signature = await privateKeyToAccount(key).signTypedData({
+    domain: { name: extra.name, version: extra.version, chainId: 31337, verifyingContract: asset },
+    types: {
+      TransferWithAuthorization: [
+        { name: "from", type: "address" }, { name: "to", type: "address" }, { name: "value", type: "uint256" },
+        { name: "validAfter", type: "uint256" }, { name: "validBefore", type: "uint256" }, { name: "nonce", type: "bytes32" },
+      ],
+    },
+    primaryType: "TransferWithAuthorization",
+    message: authorization,
+  });
+  const payload = { x402Version: 2, accepted: required, payload: { signature, authorization } };
+  return { payload, required };
+}
+
+test("the reference facilitator and ours give the same verdict and reason on the same bad payments", async () => {
+  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
+  const wallet = createWalletClient({ account: privateKeyToAccount(SPARE_KEY), chain: anvil, transport: http(chain.url) }).extend(publicActions);
+  // The reference diagnoses a failed simulation through Multicall3, which every public chain has at
+  // its canonical address: so does this one (the runtime code viem carries, past its constructor).
+  await chain.rpc("anvil_setCode", ["0xcA11bde05977b3631167028862bE2a173976CA11", `0x${multicall3Bytecode.slice(2 + 64)}`]);
+  const reference = new x402Facilitator().register(NETWORK, new ExactEvmFacilitator(toFacilitatorEvmSigner(wallet)));
+
+  // A nonce used on chain already: settled through ours first.
+  const used = await signedPayment({});
+  const settled = await api.merchant("POST", "/x402/settle", { x402Version: 2, paymentPayload: used.payload, paymentRequirements: used.required });
+  assert.equal(settled.body.success, true, JSON.stringify(settled.body));
+
+  const cases = {
+    "a good payment": await signedPayment({}),
+    "a good USDC payment": await signedPayment({ asset: USDC }),
+    "signed by someone else": await signedPayment({ key: SPARE_KEY }),
+    "paying someone else than payTo": await signedPayment({ change: (a) => (a.to = PAYER) }),
+    "moving another value": await signedPayment({ change: (a) => (a.value = "9999") }),
+    expired: await signedPayment({ change: (a) => (a.validBefore = "1") }),
+    "not valid yet": await signedPayment({ change: (a) => (a.validAfter = String(2 ** 40)) }),
+    "a used nonce": used,
+    "signed for another token name": await signedPayment({ extra: { name: "Devnet Dollar", version: "1" } }),
+    "signed for another USDC version": await signedPayment({ asset: USDC, extra: { name: "USD Coin", version: "9" } }),
+  };
+  for (const [what, { payload, required }] of Object.entries(cases)) {
+    const theirs = await reference.verify(payload, required);
+    const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: payload, paymentRequirements: required });
+    assert.equal(ours.status, 200, `${what}: ${JSON.stringify(ours.body)}`);
+    assert.deepEqual(
+      { isValid: ours.body.isValid, invalidReason: ours.body.invalidReason },
+      { isValid: theirs.isValid, invalidReason: theirs.invalidReason },
+      `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
+    );
+  }
+});
