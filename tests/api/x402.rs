@@ -477,3 +477,60 @@ async fn a_settle_past_its_deadline_says_pending_and_its_retry_with_the_same_key
     assert_eq!(other["success"], false);
     assert_eq!(other["transaction"], hash);
 }
+
+/// A reorg drops the transfer a settle answered success with, before `validBefore`: the payment
+/// stays `processing`, the relayer sends it again, and the ledger books the transfer that is
+/// finally confirmed, once.
+#[tokio::test]
+async fn a_transfer_dropped_by_a_reorg_is_sent_again_and_booked_once() {
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(3);
+    let app = TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = payment.request(&anvil, payment.requirements());
+    let before = anvil.balance_of(TOKEN, PAYEE);
+    let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
+    let first = settle(&app, None, &body).await.json();
+    assert_eq!(first["success"], true, "{first}");
+    let answered = first["transaction"].as_str().unwrap().to_owned();
+
+    // The block with the transfer is orphaned, and the chain grows others.
+    anvil.rpc("evm_revert", json!([snapshot])).await;
+    assert_eq!(anvil.balance_of(TOKEN, PAYEE), before);
+    let path = format!("/x402/payments/eip155:31337/{PAYER}/{}", payment.nonce);
+    let id = app.get_as(DEMO_TOKEN, &path).await.json()["payment_intent"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Unmined for RELAYER_REPLACE_AFTER_BLOCKS (2): the relayer sends it again, and it is mined.
+    anvil.mine(2).await;
+    app.wait_until(
+        "the relayer sent the payment again",
+        "(SELECT cardinality(tx_hashes) FROM chain_submissions) >= 2",
+    )
+    .await;
+    anvil.mine(3).await;
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(TOKEN, PAYEE), before + 1_000_000);
+    let booked: Vec<String> = sqlx::query_scalar(
+        "SELECT transaction_hash FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+    )
+    .bind(&id)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(booked.len(), 1, "{booked:?}");
+    assert_ne!(
+        booked[0], answered,
+        "the confirmed transfer is the one sent again"
+    );
+    let intent = app.get_as(DEMO_TOKEN, &path).await.json()["payment_intent"].clone();
+    assert_eq!(intent["settlement"]["transaction_hash"], booked[0].as_str());
+    // Another settle of it still never says success.
+    let again = settle(&app, None, &body).await.json();
+    assert_eq!(again["success"], false, "{again}");
+}
