@@ -183,6 +183,11 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAYER_REPLACE_AFTER_BLOCKS", default_value_t = 3)]
     pub relayer_replace_after_blocks: u64,
 
+    /// Submissions a relayer key looks at per round, of each state (queued, sent): about what
+    /// one block holds, so a burst of payments goes out in one round.
+    #[arg(long, env = "RELAYER_BATCH", default_value_t = 500)]
+    pub relayer_batch: u32,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
@@ -218,6 +223,8 @@ pub struct SettlementSettings {
     /// 0x + 64 hex digits; never logged.
     pub relayer_private_key: Option<String>,
     pub replace_after_blocks: u64,
+    /// Submissions a relayer key looks at per round, of each state.
+    pub relayer_batch: u32,
 }
 
 impl SettlementSettings {
@@ -228,6 +235,7 @@ impl SettlementSettings {
             poll_interval: Duration::from_secs(1),
             relayer_private_key: None,
             replace_after_blocks: 3,
+            relayer_batch: 500,
         }
     }
 
@@ -252,6 +260,7 @@ impl std::fmt::Debug for SettlementSettings {
                 &self.relayer_private_key.as_ref().map(|_| "<set>"),
             )
             .field("replace_after_blocks", &self.replace_after_blocks)
+            .field("relayer_batch", &self.relayer_batch)
             .finish()
     }
 }
@@ -384,6 +393,7 @@ impl ServeArgs {
                 poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
                 relayer_private_key: self.relayer_private_key.clone(),
                 replace_after_blocks: self.relayer_replace_after_blocks.max(1),
+                relayer_batch: self.relayer_batch.clamp(1, 10_000),
             },
         })
     }

@@ -64,6 +64,8 @@ pub struct Inputs<'a> {
     pub webhooks_received: &'a HashSet<(String, String)>,
     pub chain_url: &'a str,
     pub confirmations: u64,
+    /// Every `/x402/settle` answer the x402 payers got.
+    pub x402_answers: &'a [crate::x402::X402Answer],
 }
 
 /// An intent's state as the checker needs it.
@@ -79,6 +81,8 @@ struct IntentRow {
     amount: String,
     /// The transaction that paid it, if one did.
     settled_by: Option<String>,
+    /// The nonce its authorization carries (an x402 payer's own, or derived from its id).
+    nonce: Option<Vec<u8>>,
 }
 
 /// A refund as the checker needs it.
@@ -114,6 +118,8 @@ struct Stored {
     /// (chain, transaction hash, log index) -> (merchant, intent, postings, their sum) per entry.
     ledger: HashMap<LedgerKey, LedgerEntry>,
     chain: ChainFacts,
+    /// x402 payments by nonce (hex): (merchant, intent).
+    x402: HashMap<String, (String, String)>,
 }
 
 /// (chain, transaction hash, log index) of a ledger entry.
@@ -156,17 +162,18 @@ impl Stored {
             String,
             String,
             Option<String>,
+            Option<Vec<u8>>,
         );
         let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, Raw>(
             "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, p.failure_reason, \
                     (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id), \
-                    p.token, p.payer, p.payee, p.amount::text, p.settlement->>'transaction_hash' \
+                    p.token, p.payer, p.payee, p.amount::text, p.settlement->>'transaction_hash', p.chain_nonce \
                FROM payment_intents p",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
-        .map(|(merchant, id, state, version, cancellation_reason, failure_reason, transitions, token, payer, payee, amount, settled_by)| {
+        .map(|(merchant, id, state, version, cancellation_reason, failure_reason, transitions, token, payer, payee, amount, settled_by, nonce)| {
             let row = IntentRow {
                 state,
                 version,
@@ -178,6 +185,7 @@ impl Stored {
                 payee,
                 amount,
                 settled_by,
+                nonce,
             };
             ((merchant, id), row)
         })
@@ -247,7 +255,16 @@ impl Stored {
         .collect();
         let chain =
             ChainFacts::load(&intents, &refunds, inputs.chain_url, inputs.confirmations).await?;
+        let x402 = sqlx::query_as::<_, (Vec<u8>, String, String)>(
+            "SELECT nonce, merchant_id, intent_id FROM x402_payments",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(nonce, merchant, intent)| (format!("0x{}", hex::encode(nonce)), (merchant, intent)))
+        .collect();
         Ok(Self {
+            x402,
             intents,
             refunds,
             amounts_refunded,
@@ -269,7 +286,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 21] = [
+const INVARIANTS: [Invariant; 22] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -291,6 +308,7 @@ const INVARIANTS: [Invariant; 21] = [
     late_payments_are_recorded,
     refunds_stay_within_their_payment,
     every_refund_reflected_once,
+    x402_one_success_per_payment,
 ];
 
 /// Reads the database and checks every invariant against it and the run's history.
@@ -320,10 +338,12 @@ fn one_key_per_intent(stored: &Stored, _: &Inputs) -> Row {
             *created_by.entry((scope.clone(), id)).or_default() += 1;
         }
     }
+    // An x402 payment's intent belongs to its payment (checked by `x402_one_success_per_payment`).
+    let x402: HashSet<&(String, String)> = stored.x402.values().collect();
     let orphans = stored
         .intents
         .keys()
-        .filter(|k| !created_by.contains_key(*k))
+        .filter(|k| !created_by.contains_key(*k) && !x402.contains(k))
         .count();
     let shared_or_missing = created_by
         .iter()
@@ -784,11 +804,8 @@ impl ChainFacts {
         }
         let by_nonce: HashMap<[u8; 32], (&(String, String), &IntentRow)> = intents
             .iter()
-            .map(|(key, intent)| {
-                (
-                    payments_api::intents::domain::chain_nonce(&key.1),
-                    (key, intent),
-                )
+            .filter_map(|(key, intent)| {
+                Some((intent.nonce.as_deref()?.try_into().ok()?, (key, intent)))
             })
             .collect();
         let uses = node
@@ -1170,5 +1187,38 @@ fn every_refund_reflected_once(stored: &Stored, _: &Inputs) -> Row {
         "each refund reflected once: state, chain, ledger",
         stored.refunds.len(),
         wrong,
+    )
+}
+
+/// No x402 payment was answered `success: true` twice, except to retries of one Idempotency-Key
+/// (which must name the same transaction); and every payment answered so is stored, its intent
+/// paid by a confirmed transfer.
+fn x402_one_success_per_payment(stored: &Stored, inputs: &Inputs) -> Row {
+    let mut successes: HashMap<&str, Vec<&crate::x402::X402Answer>> = HashMap::new();
+    for answer in inputs.x402_answers.iter().filter(|a| a.success) {
+        successes
+            .entry(answer.nonce.as_str())
+            .or_default()
+            .push(answer);
+    }
+    let broken = successes
+        .iter()
+        .filter(|(nonce, answers)| {
+            let unkeyed = answers.iter().filter(|a| a.key.is_none()).count();
+            let keys: HashSet<&str> = answers.iter().filter_map(|a| a.key.as_deref()).collect();
+            let transactions: HashSet<&str> =
+                answers.iter().map(|a| a.transaction.as_str()).collect();
+            let paid = stored
+                .x402
+                .get(**nonce)
+                .and_then(|key| stored.intents.get(key))
+                .is_some_and(|intent| intent.state == "succeeded" && intent.settled_by.is_some());
+            unkeyed + keys.len() > 1 || transactions.len() > 1 || !paid
+        })
+        .count();
+    row(
+        "no x402 payment answered success twice without its key, each one paid",
+        successes.len(),
+        broken,
     )
 }

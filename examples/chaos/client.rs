@@ -87,6 +87,8 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// The last moment an operation may still retry.
     pub give_up_at: Mutex<Option<Instant>>,
+    /// Every `/x402/settle` answer of the x402 payers.
+    pub x402_answers: Mutex<Vec<crate::x402::X402Answer>>,
     next_op: AtomicU64,
 }
 
@@ -101,6 +103,7 @@ impl Shared {
             started: Instant::now(),
             stop: AtomicBool::new(false),
             give_up_at: Mutex::new(None),
+            x402_answers: Mutex::new(Vec::new()),
             next_op: AtomicU64::new(0),
         })
     }

@@ -11,6 +11,7 @@ mod faults;
 mod patroni;
 mod payer;
 mod receiver;
+mod x402;
 
 use std::{
     path::PathBuf,
@@ -222,6 +223,7 @@ async fn main() -> anyhow::Result<()> {
         chain_url.clone(),
         database_url.clone(),
     ));
+    let x402_payer = tokio::spawn(x402::run(shared.clone()));
     let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
     let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
 
@@ -237,6 +239,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let aged = ager.await?;
     let paid = payer.await?;
+    let x402_settled = x402_payer.await?;
     let readiness = readiness.await?;
     for replica in replicas.lock().await.iter_mut() {
         replica.signal("CONT");
@@ -276,6 +279,11 @@ async fn main() -> anyhow::Result<()> {
         "merchant: {} refunds created, {} confirmed through the API, {} submitted on chain",
         paid.refunds, paid.refunds_confirmed, paid.refunds_submitted
     );
+    println!(
+        "x402: {} payments settled, {} answered success to their key",
+        x402_settled.payments, x402_settled.successes
+    );
+    let x402_answers = shared.x402_answers.lock().unwrap().clone();
     let verdict = checker::check(
         &pool,
         checker::Inputs {
@@ -288,6 +296,7 @@ async fn main() -> anyhow::Result<()> {
             webhooks_received: &webhooks_received,
             chain_url: &chain_url,
             confirmations: CONFIRMATIONS,
+            x402_answers: &x402_answers,
         },
     )
     .await?;

@@ -18,8 +18,8 @@ use alloy::{
     rpc::types::TransactionRequest,
     signers::local::PrivateKeySigner,
 };
+use futures::StreamExt;
 use sqlx::PgConnection;
-use tokio::sync::OnceCell;
 
 use super::outbox::{self, Kinds, Revert, State, Wanted};
 use crate::{
@@ -67,8 +67,6 @@ impl Key {
     }
 }
 
-/// Submissions of each state (queued, sent) looked at per tick.
-const BATCH: i64 = 50;
 /// A fee bump must beat the replaced transaction by at least 10% for nodes to accept it.
 const BUMP_PERCENT: u128 = 125;
 
@@ -81,6 +79,8 @@ pub struct RelayerWorker {
     key: Key,
     kinds: Kinds,
     replace_after: u64,
+    /// Submissions of each state (queued, sent) looked at per round (`RELAYER_BATCH`).
+    batch: i64,
     /// Names this process (and the fault tests' crash point) in the key's lease.
     holder: String,
     lease: Duration,
@@ -103,6 +103,7 @@ impl RelayerWorker {
             key,
             kinds,
             replace_after: settings.replace_after_blocks,
+            batch: i64::from(settings.relayer_batch),
             // The process id tells an operator (and the fault tests) which process relays.
             holder: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
             lease: (settings.poll_interval * 10).max(Duration::from_secs(10)),
@@ -120,6 +121,7 @@ impl Worker for RelayerWorker {
             key,
             kinds: &self.kinds,
             replace_after: self.replace_after,
+            batch: self.batch,
         };
         let round = async {
             let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
@@ -230,11 +232,12 @@ struct Relayer<'a> {
     key: &'a Key,
     kinds: &'a Kinds,
     replace_after: u64,
+    batch: i64,
 }
 
 impl Relayer<'_> {
-    /// Claims queued submissions up to [`BATCH`] of its own, then looks at its oldest [`BATCH`]
-    /// queued and oldest [`BATCH`] sent ones, each state with its own share, so sent
+    /// Claims queued submissions up to `batch` of its own, then looks at its oldest `batch`
+    /// queued and oldest `batch` sent ones, each state with its own share, so sent
     /// transactions waiting to be mined never keep new work waiting, and a backlog of new work
     /// never keeps a stuck transaction from its replacement.
     async fn tick<F, Fut>(
@@ -268,7 +271,7 @@ impl Relayer<'_> {
             "#,
             chain_id,
             me,
-            BATCH,
+            self.batch,
         )
         .execute(&mut *conn)
         .await?;
@@ -289,7 +292,7 @@ impl Relayer<'_> {
             "#,
             chain_id,
             me,
-            BATCH,
+            self.batch,
         )
         .fetch_all(&mut *conn)
         .await?;
@@ -297,13 +300,12 @@ impl Relayer<'_> {
             .set(open.len() as f64);
         let mut ticked = Ticked {
             broadcast: 0,
-            queued_left: open.iter().filter(|s| s.state == State::Queued).count() as i64 >= BATCH,
+            queued_left: open.iter().filter(|s| s.state == State::Queued).count() as i64
+                >= self.batch,
         };
         if open.is_empty() {
             return Ok(ticked);
         }
-        // The node's fee estimate, asked once per tick: it moves with blocks, not with sends.
-        let fees = OnceCell::new();
         let head = match self.node.get_block_number().await {
             Ok(head) => head,
             Err(e) => {
@@ -315,34 +317,70 @@ impl Relayer<'_> {
                 return Err(error);
             }
         };
-        for submission in open {
+        // Its subject moved on (an intent paid, failed or expired): nothing left to send.
+        let mut wanted = Vec::with_capacity(open.len());
+        for submission in &open {
             let Some(kind) = self.kinds.get(&submission.kind) else {
                 record_error(
                     conn,
-                    &submission,
+                    submission,
                     "no handler for this kind of submission here",
                 )
                 .await?;
                 continue;
             };
-            // Its subject moved on (an intent paid, failed or expired): nothing left to send.
-            if let Wanted::No(outcome) = kind.still_wanted(conn, &submission.subject).await? {
-                finish(conn, &submission, &outcome).await?;
-                continue;
+            match kind.still_wanted(conn, &submission.subject).await? {
+                Wanted::No(outcome) => finish(conn, submission, &outcome).await?,
+                Wanted::Yes => wanted.push(submission),
             }
-            if submission.state == State::Sent && self.still_pending(&submission, head).await? {
-                continue;
-            }
-            if !still_held().await? {
-                return Ok(ticked);
-            }
-            match self.submit(conn, &submission, head, &fees).await {
-                Ok(broadcast) => ticked.broadcast += usize::from(broadcast),
+        }
+        // What the node says of each, asked for all of them at once: whether a sent one is still
+        // pending, and whether the chain would take the call now and for how much gas. The
+        // transactions then go out one after another, without a round trip of their own between
+        // them, so a burst of payments lands in as few blocks as the chain allows.
+        // Collected first: a stream of the closure's futures would not be `Send`.
+        let looks: Vec<_> = wanted.iter().map(|s| self.look(s, head)).collect();
+        let looked = futures::stream::iter(looks)
+            .buffered(IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await;
+        let mut ready = Vec::new();
+        for (submission, looked) in wanted.iter().copied().zip(looked) {
+            match looked {
+                Ok(Look::Pending) => {}
+                Ok(Look::Ready(call)) => ready.push((submission, call)),
+                Ok(Look::Reverted(reason)) => self.reverted(conn, submission, reason).await?,
                 Err(e) => {
-                    record_error(conn, &submission, &e.to_string()).await?;
+                    record_error(conn, submission, &e.to_string()).await?;
                     if matches!(e, RelayError::Database(_)) {
                         return Err(e);
                     }
+                }
+            }
+        }
+        if ready.is_empty() || !still_held().await? {
+            return Ok(ticked);
+        }
+        let mut nonces = match self.nonces().await {
+            Ok(nonces) => nonces,
+            Err(e) => {
+                for (submission, _) in &ready {
+                    record_error(conn, submission, &e.to_string()).await?;
+                }
+                return Err(e);
+            }
+        };
+        for (submission, call) in ready {
+            match self.send(conn, submission, call, head, &mut nonces).await {
+                Ok(()) => ticked.broadcast += 1,
+                // The rest waits for the next tick: a nonce skipped here would hold every later
+                // transaction of this key in the node's queue.
+                Err(e) => {
+                    record_error(conn, submission, &e.to_string()).await?;
+                    return match e {
+                        RelayError::Database(_) => Err(e),
+                        _ => Ok(ticked),
+                    };
                 }
             }
         }
@@ -369,83 +407,106 @@ impl Relayer<'_> {
         Ok(head < sent_at + self.replace_after)
     }
 
-    /// Sends the submission's authorization: a replacement at the same account nonce with higher
-    /// fees if that nonce is still open, else a new transaction. A simulation first tells whether
-    /// the chain would still take it. Whether a transaction was broadcast.
-    async fn submit(
-        &self,
-        conn: &mut PgConnection,
-        s: &Submission,
-        head: u64,
-        fees: &OnceCell<Eip1559Estimation>,
-    ) -> Result<bool, RelayError> {
-        let bad = |what: &str| RelayError::Signing(format!("stored {what} is malformed"));
-        let target: Address = s.target.parse().map_err(|_| bad("target"))?;
-        let from = self.key.address();
+    /// What sending the submission now would do: nothing yet (sent and pending), or a call the
+    /// chain takes (with its gas), or a revert. The simulation runs against the latest block, not
+    /// the pending one: a broadcast that only sits in a pool (perhaps ours, unrecorded) has paid
+    /// nothing yet and may never be mined.
+    async fn look(&self, s: &Submission, head: u64) -> Result<Look, RelayError> {
+        if s.state == State::Sent && self.still_pending(s, head).await? {
+            return Ok(Look::Pending);
+        }
+        let target: Address = s
+            .target
+            .parse()
+            .map_err(|_| RelayError::Signing("stored target is malformed".into()))?;
         let request = TransactionRequest::default()
-            .with_from(from)
+            .with_from(self.key.address())
             .with_to(target)
             .with_input(Bytes::from(s.calldata.clone()));
-        // Against the latest block, not the pending one: a broadcast that only sits in a pool
-        // (perhaps ours, unrecorded) has paid nothing yet and may never be mined.
-        match self
+        if let Err(e) = self
             .node
             .call(request.clone())
             .block(BlockId::latest())
             .await
         {
-            Ok(_) => {}
-            Err(e) => match ChainError::from(e) {
-                // Spent (used, expired, canceled) or not yet payable (balance, pause): nothing to
-                // send now. A watch moves the subject once a block is confirmed; until then a
-                // reorg could still undo it, so the submission stays open and is looked at again.
-                ChainError::Reverted { reason } => {
-                    let kind = self.kinds.get(&s.kind).map(|k| k.classify(&reason));
-                    match kind {
-                        Some(Revert::Spent) => {
-                            note(conn, s, &reason).await?;
-                            return Ok(false);
-                        }
-                        Some(Revert::NotYet(hold)) => {
-                            hold_back(conn, s, &reason).await?;
-                            if let Some(kind) = self.kinds.get(&s.kind) {
-                                kind.held(conn, &s.subject, hold).await?;
-                            }
-                            return Ok(false);
-                        }
-                        // Sending again will not change the token's mind: tried again with
-                        // backoff (the domain may come back), and the token read again.
-                        Some(Revert::SignatureRefused) => {
-                            tracing::warn!(kind = %s.kind, subject = %s.subject, %reason, "the token refuses the signature; reading the token again");
-                            super::tokens::read_again(conn, self.chain.id, &s.target).await?;
-                            hold_back(conn, s, &reason).await?;
-                            return Ok(false);
-                        }
-                        _ => return Err(ChainError::Reverted { reason }.into()),
-                    }
-                }
-                other => return Err(other.into()),
-            },
+            return match ChainError::from(e) {
+                ChainError::Reverted { reason } => Ok(Look::Reverted(reason)),
+                other => Err(other.into()),
+            };
         }
+        let gas = self
+            .node
+            .estimate_gas(request.clone())
+            .block(BlockId::latest())
+            .await?;
+        Ok(Look::Ready(Box::new(Call { request, gas })))
+    }
+
+    /// A simulation reverted: spent (used, expired, canceled) or not yet payable (balance, pause)
+    /// means nothing to send now. A watch moves the subject once a block is confirmed; until then
+    /// a reorg could still undo it, so the submission stays open and is looked at again.
+    async fn reverted(
+        &self,
+        conn: &mut PgConnection,
+        s: &Submission,
+        reason: String,
+    ) -> Result<(), sqlx::Error> {
+        let kind = self.kinds.get(&s.kind);
+        match kind.map(|k| k.classify(&reason)) {
+            Some(Revert::Spent) => note(conn, s, &reason).await,
+            Some(Revert::NotYet(hold)) => {
+                hold_back(conn, s, &reason).await?;
+                match kind {
+                    Some(kind) => kind.held(conn, &s.subject, hold).await,
+                    None => Ok(()),
+                }
+            }
+            // Sending again will not change the token's mind: tried again with backoff (the
+            // domain may come back), and the token read again.
+            Some(Revert::SignatureRefused) => {
+                tracing::warn!(kind = %s.kind, subject = %s.subject, %reason, "the token refuses the signature; reading the token again");
+                super::tokens::read_again(conn, self.chain.id, &s.target).await?;
+                hold_back(conn, s, &reason).await
+            }
+            _ => record_error(conn, s, &ChainError::Reverted { reason }.to_string()).await,
+        }
+    }
+
+    /// This key's account nonces as the node sees them, and the fees to send with, asked once a
+    /// tick: they move with blocks, not with sends.
+    async fn nonces(&self) -> Result<Nonces, RelayError> {
+        let from = self.key.address();
+        Ok(Nonces {
+            mined: self.node.get_transaction_count(from).await?,
+            next: self.node.get_transaction_count(from).pending().await?,
+            fees: self.node.estimate_eip1559_fees().await?,
+        })
+    }
+
+    /// Signs and broadcasts the submission's call: a replacement at the same account nonce with
+    /// higher fees if that nonce is still open, else a new transaction at the next nonce; then
+    /// records it.
+    async fn send(
+        &self,
+        conn: &mut PgConnection,
+        s: &Submission,
+        call: Box<Call>,
+        head: u64,
+        nonces: &mut Nonces,
+    ) -> Result<(), RelayError> {
         // Only a sent submission can be replaced: while the chain has not passed its nonce.
         let replacing = match (s.state, s.tx_nonce) {
-            (State::Sent, Some(n)) => n as u64 >= self.node.get_transaction_count(from).await?,
+            (State::Sent, Some(n)) => n as u64 >= nonces.mined,
             _ => false,
         };
         let tx_nonce = match (replacing, s.tx_nonce) {
             (true, Some(n)) => n as u64,
-            _ => self.node.get_transaction_count(from).pending().await?,
+            _ => nonces.next,
         };
-        let estimate = *fees
-            .get_or_try_init(|| async {
-                self.node
-                    .estimate_eip1559_fees()
-                    .await
-                    .map_err(RelayError::from)
-            })
-            .await?;
-        let (mut max_fee, mut priority) =
-            (estimate.max_fee_per_gas, estimate.max_priority_fee_per_gas);
+        let (mut max_fee, mut priority) = (
+            nonces.fees.max_fee_per_gas,
+            nonces.fees.max_priority_fee_per_gas,
+        );
         if replacing {
             let bump = |old: &Option<String>| {
                 old.as_deref()
@@ -456,15 +517,11 @@ impl Relayer<'_> {
             priority = priority.max(bump(&s.max_priority_fee_per_gas));
             max_fee = max_fee.max(priority);
         }
-        let gas = self
-            .node
-            .estimate_gas(request.clone())
-            .block(BlockId::latest())
-            .await?;
-        let request = request
+        let request = call
+            .request
             .with_nonce(tx_nonce)
             .with_chain_id(self.chain.id)
-            .with_gas_limit(gas + gas / 5)
+            .with_gas_limit(call.gas + call.gas / 5)
             .with_max_fee_per_gas(max_fee)
             .with_max_priority_fee_per_gas(priority);
         let wallet = EthereumWallet::from(self.key.0.clone());
@@ -477,7 +534,11 @@ impl Relayer<'_> {
             .node
             .send_raw_transaction(&envelope.encoded_2718())
             .await?;
+        if !replacing {
+            nonces.next += 1;
+        }
         crash_point_after_broadcast();
+        let from = self.key.address();
         sqlx::query!(
             r#"
             UPDATE chain_submissions
@@ -501,8 +562,34 @@ impl Relayer<'_> {
         metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)
             .increment(1);
         tracing::info!(chain = %self.chain.name, kind = %s.kind, subject = %s.subject, tx = %hash, nonce = tx_nonce, max_fee, priority, send = kind, "submission sent");
-        Ok(true)
+        Ok(())
     }
+}
+
+/// How many node calls a tick has in flight at once while it looks at its submissions.
+const IN_FLIGHT: usize = 16;
+
+/// What the node says of one submission.
+enum Look {
+    /// Sent, and to be left alone for now.
+    Pending,
+    /// The chain would take this call now.
+    Ready(Box<Call>),
+    /// The simulation reverted, for this reason.
+    Reverted(String),
+}
+
+/// A call to send, and the gas the node estimated for it.
+struct Call {
+    request: TransactionRequest,
+    gas: u64,
+}
+
+/// The key's account nonces (mined, and the next one to use) and this tick's fees.
+struct Nonces {
+    mined: u64,
+    next: u64,
+    fees: Eip1559Estimation,
 }
 
 /// A fault-injection point for the crash tests and the chaos run: with

@@ -94,6 +94,8 @@ impl Anvil {
             poll_interval: Duration::from_millis(50),
             relayer_private_key: None,
             replace_after_blocks: 2,
+            // A share the relayer tests fill in a few seconds.
+            relayer_batch: 50,
         }
     }
 
