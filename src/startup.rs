@@ -59,9 +59,11 @@ impl Application {
         crate::telemetry::metrics::handle();
         let workers = Workers::new();
         let changes = checkout::changes::Changes::default();
+        // One `Chains` for the routes and the workers: who waits in a request is woken by them.
         let router = http::router(
             pool.clone(),
             settings,
+            settlement.clone(),
             bootstrap.clone(),
             workers.heartbeats(),
             changes.clone(),

@@ -7,6 +7,7 @@
 mod endpoint_cost;
 mod retention;
 mod settlement;
+mod x402;
 
 use std::{
     collections::BTreeMap,
@@ -59,6 +60,9 @@ struct Args {
     /// Relayer keys in the settlement workload (1 or 2).
     #[arg(long, default_value_t = 1)]
     settlement_relayer_keys: usize,
+    /// Payments settled at once in the x402 workload's burst.
+    #[arg(long, default_value_t = 450)]
+    x402_burst: usize,
     /// Idempotency records stored before the retention workload (a fifth of them past retention).
     #[arg(long, default_value_t = 10_000_000)]
     stored_keys: u64,
@@ -110,6 +114,7 @@ struct Report {
     webhooks: Option<WebhookReport>,
     endpoint_cost: Option<endpoint_cost::EndpointCostReport>,
     settlement: Option<settlement::SettlementReport>,
+    x402: Option<x402::X402Report>,
     retention: Option<retention::RetentionReport>,
 }
 
@@ -244,6 +249,20 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let x402 = if wanted("x402") {
+        Some(
+            x402::run(
+                &api_bin,
+                &args.server,
+                clients,
+                args.seconds,
+                args.x402_burst,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
 
     let reference = if args.reference.exists() {
         reference(&args.reference, clients, args.seconds)?
@@ -269,6 +288,7 @@ async fn main() -> anyhow::Result<()> {
         webhooks,
         endpoint_cost,
         settlement,
+        x402,
         retention,
         api: workloads,
         reference,
@@ -708,6 +728,25 @@ fn print_report(report: &Report) {
                 rounds.join(", ")
             );
         }
+    }
+    if let Some(x) = &report.x402 {
+        println!(
+            "x402: {} clients through @x402/express for {} s on {} ms blocks: {} paid requests ({:.1}/s), {} refused; \
+             settle p50 {:.0} ms, p99 {:.0} ms; a burst of {} settles: {} succeeded in {} blocks, at most {} in one, in {:.1} s",
+            x.clients,
+            x.seconds,
+            x.block_ms,
+            x.paid_requests,
+            x.settles_per_second,
+            x.refused_requests,
+            x.settle_p50_ms.unwrap_or(f64::NAN),
+            x.settle_p99_ms.unwrap_or(f64::NAN),
+            x.burst_payments,
+            x.burst_succeeded,
+            x.burst_blocks_used,
+            x.burst_max_payments_per_block,
+            x.burst_seconds,
+        );
     }
     if let Some(s) = &report.settlement {
         println!(

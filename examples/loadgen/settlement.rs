@@ -43,7 +43,7 @@ pub struct SettlementReport {
     pub wall_seconds: f64,
 }
 
-struct Anvil(Child);
+pub struct Anvil(Child);
 
 impl Drop for Anvil {
     fn drop(&mut self) {
@@ -60,7 +60,7 @@ fn anvil_bin() -> PathBuf {
 }
 
 /// Anvil with one-second blocks; returns it and its RPC URL.
-fn start_anvil() -> anyhow::Result<(Anvil, String)> {
+pub fn start_anvil() -> anyhow::Result<(Anvil, String)> {
     let mut child = Command::new(anvil_bin())
         .args([
             "--port",

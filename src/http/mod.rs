@@ -34,6 +34,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(
     pool: Pool,
     settings: &Settings,
+    chains: settlement::Chains,
     bootstrap: auth::Bootstrap,
     heartbeats: Heartbeats,
     changes: checkout::changes::Changes,
@@ -46,7 +47,6 @@ pub fn router(
     };
     // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
     // authentication runs before the idempotency layer ever reads a key.
-    let chains = settlement::Chains::new(&settings.settlement);
     let checkout = checkout::router(
         chains.clone(),
         changes,

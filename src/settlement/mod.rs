@@ -9,8 +9,10 @@
 //! - `relayer`: sends the outbox, a worker per key and chain, each key held by one replica
 //! - `watch`: what the follower looks for (nonce uses), settlement and expiry by chain time
 //! - `wakeup`: wakes a chain's relayers when a submission is queued, and whoever awaits one when
-//!   it is done, instead of at their next poll
+//!   it is sent or done, instead of at their next poll
+//! - `inclusion`: wakes whoever waits for a transaction when a block includes it
 
+pub mod inclusion;
 pub mod outbox;
 pub mod payments;
 pub mod relayer;
@@ -40,6 +42,8 @@ pub struct Chains {
     nodes: Arc<HashMap<String, (ChainEndpoint, Node)>>,
     /// Who awaits which submission in this replica.
     pub outcomes: outbox::Outcomes,
+    /// Who awaits which transaction's block in this replica.
+    pub inclusions: inclusion::Inclusions,
 }
 
 impl Chains {
@@ -58,6 +62,7 @@ impl Chains {
             settings: Arc::new(settings.clone()),
             nodes: Arc::new(nodes),
             outcomes: outbox::Outcomes::default(),
+            inclusions: inclusion::Inclusions::default(),
         }
     }
 
@@ -108,6 +113,13 @@ pub fn spawn<W: Watch + Clone>(
                     confirmations,
                     watch.clone(),
                 )
+            }
+        });
+        workers.spawn(format!("inclusions of {}", endpoint.name), schedule, {
+            let (endpoint, node) = (endpoint.clone(), node.clone());
+            let inclusions = chains.inclusions.clone();
+            move || {
+                inclusion::InclusionWorker::new(endpoint.clone(), node.clone(), inclusions.clone())
             }
         });
         for key in &relayer_keys {

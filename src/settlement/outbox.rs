@@ -21,7 +21,7 @@ use crate::db::Pool;
 
 /// The channel a queueing transaction notifies with the chain id: the chain's relayers wake.
 pub const QUEUED_CHANNEL: &str = "chain_submissions";
-/// The channel a submission's end notifies with its id: whoever awaits its outcome wakes.
+/// The channel a submission's broadcast and its end notify with its id: whoever awaits it wakes.
 pub const DONE_CHANNEL: &str = "chain_submission_outcomes";
 
 /// A submission to queue.
@@ -232,7 +232,8 @@ pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<Status>,
 pub struct Outcomes(Arc<Mutex<HashMap<Uuid, Arc<Notify>>>>);
 
 impl Outcomes {
-    fn waiter(&self, id: Uuid) -> Arc<Notify> {
+    /// What wakes whoever awaits `id` here; [`Outcomes::forget`] it when done.
+    pub fn waiter(&self, id: Uuid) -> Arc<Notify> {
         let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
         waiting.entry(id).or_default().clone()
     }
@@ -245,7 +246,7 @@ impl Outcomes {
         }
     }
 
-    fn forget(&self, id: Uuid, notify: &Arc<Notify>) {
+    pub fn forget(&self, id: Uuid, notify: &Arc<Notify>) {
         let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
         // Only the last waiter removes the entry: the map and this function hold one each.
         if Arc::strong_count(notify) <= 2 {

@@ -539,6 +539,7 @@ impl Relayer<'_> {
         }
         crash_point_after_broadcast();
         let from = self.key.address();
+        // Whoever awaits the submission learns its transaction at once.
         sqlx::query!(
             r#"
             UPDATE chain_submissions
@@ -547,6 +548,7 @@ impl Relayer<'_> {
                    sent_at_block = $7, attempts = attempts + 1, last_error = NULL, held_attempts = 0,
                    updated_at = now()
              WHERE id = $1 AND relayer = $2
+            RETURNING pg_notify($8, id::text)
             "#,
             s.id,
             from.to_checksum(None),
@@ -555,8 +557,9 @@ impl Relayer<'_> {
             max_fee.to_string(),
             priority.to_string(),
             head as i64,
+            outbox::DONE_CHANNEL,
         )
-        .execute(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await?;
         let kind = if replacing { "replacement" } else { "new" };
         metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)

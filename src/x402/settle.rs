@@ -43,8 +43,6 @@ pub const STORED: &str = "payment_stored";
 /// How long before the request's deadline a settle stops waiting, to answer (and store its answer)
 /// in time.
 const ANSWER_MARGIN: Duration = Duration::from_millis(1500);
-/// How often a waiting settle looks for its transaction's receipt: a fraction of a block.
-const RECEIPT_POLL: Duration = Duration::from_millis(100);
 
 /// `/settle`'s answer, the reference's shape: always 200, `success` says how it went.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -379,6 +377,9 @@ enum Transfer {
 }
 
 /// Waits until the payment's transfer is in a block, or the payment ended otherwise, or `until`.
+/// It wakes when its submission is sent (the relayer's notification) and when a block includes a
+/// transaction of it (`settlement::inclusion`), and looks again every second in case a
+/// notification was missed.
 async fn await_transfer(
     pool: &Pool,
     chains: &Chains,
@@ -386,15 +387,57 @@ async fn await_transfer(
     held: &Held,
     until: Instant,
 ) -> Result<Transfer, ApiError> {
+    let (endpoint, _) = chains
+        .get(&key.chain)
+        .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
+    let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
+    let submission = {
+        let mut conn = pool.acquire().await?;
+        sqlx::query_scalar!(
+            "SELECT id FROM chain_submissions WHERE chain_id = $1 AND dedupe_key = $2",
+            endpoint.id as i64,
+            dedupe_key,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+    };
+    let notify = submission.map_or_else(Default::default, |id| chains.outcomes.waiter(id));
+    let mut watched: Vec<B256> = Vec::new();
+    let outcome = wait_for_transfer(pool, chains, key, held, until, &notify, &mut watched).await;
+    chains.inclusions.forget(watched);
+    if let Some(id) = submission {
+        chains.outcomes.forget(id, &notify);
+    }
+    outcome
+}
+
+/// How often a waiting settle looks again without a notification.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+async fn wait_for_transfer(
+    pool: &Pool,
+    chains: &Chains,
+    key: &PaymentKey,
+    held: &Held,
+    until: Instant,
+    notify: &std::sync::Arc<tokio::sync::Notify>,
+    watched: &mut Vec<B256>,
+) -> Result<Transfer, ApiError> {
+    use crate::intents::state::IntentState;
     let (endpoint, node) = chains
         .get(&key.chain)
         .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
     let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
+    let mut looked_at = Instant::now();
     loop {
+        // Registered before reading, so a notification between the read and the wait counts.
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         let now = {
             let mut conn = pool.acquire().await?;
             sqlx::query!(
-                r#"SELECT i.state AS "state: crate::intents::state::IntentState", i.failure_reason, i.pending_reason,
+                r#"SELECT i.state AS "state: IntentState", i.failure_reason, i.pending_reason,
                           i.settlement->>'transaction_hash' AS settled_by,
                           coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
                      FROM payment_intents i
@@ -408,7 +451,6 @@ async fn await_transfer(
             .fetch_one(&mut *conn)
             .await?
         };
-        use crate::intents::state::IntentState;
         match now.state {
             IntentState::Succeeded => {
                 if let Some(hash) = now.settled_by {
@@ -431,21 +473,38 @@ async fn await_transfer(
             }
             _ => {}
         }
+        // A receipt is asked for a transaction the first time it is seen (it may be mined
+        // already), when a block was seen to include it, and once a second.
+        let look_again = looked_at.elapsed() >= LOOK_AGAIN;
+        if look_again {
+            looked_at = Instant::now();
+        }
         for hash in now.tx_hashes.iter().rev() {
             let Ok(parsed) = hash.parse::<B256>() else {
                 continue;
             };
+            let new = !watched.contains(&parsed);
+            if new {
+                watched.push(parsed);
+            }
+            let seen = chains.inclusions.watch(parsed, notify).is_some();
+            if !(new || seen || look_again) {
+                continue;
+            }
             let receipt = node.get_transaction_receipt(parsed).await.map_err(|e| {
                 ApiError::ChainUnavailable(format!(
                     "{} did not answer for the payment's transaction {hash} ({e}); the payment is stored and will be made: settle again to learn it",
                     key.chain
                 ))
             })?;
-            if receipt.is_some_and(|r| r.status()) {
-                return Ok(Transfer::Mined(hash.clone()));
+            match receipt {
+                Some(receipt) if receipt.status() => return Ok(Transfer::Mined(hash.clone())),
+                Some(_) => {}
+                None => chains.inclusions.unsee(parsed),
             }
         }
-        if Instant::now() + RECEIPT_POLL > until {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             let hash = now.tx_hashes.last().cloned();
             let why = match (&hash, now.pending_reason) {
                 (_, Some(held_for)) => format!(
@@ -456,7 +515,7 @@ async fn await_transfer(
             };
             return Ok(Transfer::Pending { hash, why });
         }
-        tokio::time::sleep(RECEIPT_POLL).await;
+        let _ = tokio::time::timeout(left.min(LOOK_AGAIN), notified).await;
     }
 }
 

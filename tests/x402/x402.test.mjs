@@ -9,14 +9,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, request as httpRequest } from "node:http";
-import express from "express";
-import { paymentMiddleware, x402ResourceServer } from "@x402/express";
-import { HTTPFacilitatorClient } from "@x402/core/server";
 import { x402Facilitator } from "@x402/core/facilitator";
 import { decodePaymentSignatureHeader } from "@x402/core/http";
-import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from "@x402/fetch";
-import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
-import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
+import { decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitator";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { createWalletClient, defineChain, http, publicActions, keccak256, toHex } from "viem";
@@ -24,46 +19,13 @@ import { createWalletClient, defineChain, http, publicActions, keccak256, toHex 
 import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
 import { privateKeyToAccount } from "viem/accounts";
 import {
-  freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, MERCHANT_TOKEN, SPARE_KEY, DEVNET_USD, USDC,
+  freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC,
 } from "../node/stack.mjs";
+import { NETWORK, PRICE, TOKENS, startResource, payingClient, signPayment } from "./resource.mjs";
 
-const NETWORK = "eip155:31337";
-const PRICE = "10000";
-const TOKENS = {
-  [DEVNET_USD]: { name: "Devnet USD", version: "1" },
-  [USDC]: { name: "USD Coin", version: "2" },
-};
 const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
 
 let chain, api, resource, resourceUrl, dropper;
-
-/// A facilitator client as a merchant configures it: our /x402 at `url`, the merchant's API key.
-function facilitatorAt(url) {
-  return new HTTPFacilitatorClient({
-    url,
-    createAuthHeaders: async () => {
-      const auth = { Authorization: `Bearer ${MERCHANT_TOKEN}` };
-      return { verify: auth, settle: auth, supported: auth };
-    },
-  });
-}
-
-/// The resource server of the README: an express app whose routes cost PRICE of a token.
-async function startResource(facilitatorUrl) {
-  const server = new x402ResourceServer(facilitatorAt(facilitatorUrl)).register(NETWORK, new ExactEvmServer());
-  const route = (asset) => ({
-    accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra: TOKENS[asset] } },
-    description: "The weather, paid per call",
-  });
-  const app = express();
-  app.use(paymentMiddleware({ "GET /weather": route(DEVNET_USD), "GET /weather-usdc": route(USDC) }, server));
-  app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
-  app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
-  const port = await freePort();
-  const listening = app.listen(port, "127.0.0.1");
-  await new Promise((resolve) => listening.once("listening", resolve));
-  return { url: `http://127.0.0.1:${port}`, close: () => listening.close() };
-}
 
 /// A proxy to our API that, while armed, answers nothing to the next POST /x402/settle: it lets the
 /// request through, waits for our answer and then drops the connection.
@@ -93,29 +55,6 @@ async function startDropper(upstream) {
   const port = await freePort();
   await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
   return { url: `http://127.0.0.1:${port}`, state, close: () => server.close() };
-}
-
-/// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
-/// not sent at all (the test answers it), so the signed header can be used as the test likes.
-function payingClient({ hold = false } = {}) {
-  const sent = [];
-  const transport = async (input, init) => {
-    const request = new Request(input, init);
-    const signature = request.headers.get("payment-signature");
-    if (signature) {
-      sent.push(signature);
-      if (hold) return new Response("held by the test", { status: 599 });
-    }
-    return fetch(request);
-  };
-  const pay = wrapFetchWithPaymentFromConfig(transport, {
-    schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(PAYER_KEY)) }],
-    // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
-    spendControls: {
-      allowedAssets: Object.keys(TOKENS).map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
-    },
-  });
-  return { pay, sent };
 }
 
 /// The token transfers in a mined transaction: [from, to, value].
@@ -208,31 +147,10 @@ test("a settle whose answer is lost: one transfer, found afterwards, and no acce
 
 // ---- differential: the reference facilitator and ours, on the same bad payments --------------
 
-/// A payment signed by `key` over the domain of `extra` (default: the token's own), for the
-/// requirements `required`; `change` alters the authorization before it is signed.
-async function signedPayment({ key = PAYER_KEY, asset = DEVNET_USD, extra = TOKENS[asset], change = () => {}, requirements = () => {} }) {
+/// A payment signed now, by the chain's clock.
+async function signedPayment(options) {
   const latest = await chain.rpc("eth_getBlockByNumber", ["latest", false]);
-  const now = Number(BigInt(latest.timestamp));
-  const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra };
-  requirements(required);
-  const authorization = {
-    from: PAYER, to: MERCHANT, value: PRICE, validAfter: String(now - 600), validBefore: String(now + 600),
-    nonce: toHex(crypto.getRandomValues(new Uint8Array(32))),
-  };
-  change(authorization);
-  const signature = await privateKeyToAccount(key).signTypedData({
-    domain: { name: extra.name, version: extra.version, chainId: 31337, verifyingContract: asset },
-    types: {
-      TransferWithAuthorization: [
-        { name: "from", type: "address" }, { name: "to", type: "address" }, { name: "value", type: "uint256" },
-        { name: "validAfter", type: "uint256" }, { name: "validBefore", type: "uint256" }, { name: "nonce", type: "bytes32" },
-      ],
-    },
-    primaryType: "TransferWithAuthorization",
-    message: authorization,
-  });
-  const payload = { x402Version: 2, accepted: required, payload: { signature, authorization } };
-  return { payload, required };
+  return signPayment({ now: Number(BigInt(latest.timestamp)), ...options });
 }
 
 test("the reference facilitator and ours give the same verdict and reason on the same bad payments", async () => {

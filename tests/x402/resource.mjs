@@ -1,0 +1,98 @@
+// The x402 parties of the suite and the bench, built from x402's own packages, unmodified: a
+// resource server in express whose facilitator is our /x402, and a paying client.
+
+import express from "express";
+import { paymentMiddleware, x402ResourceServer } from "@x402/express";
+import { HTTPFacilitatorClient } from "@x402/core/server";
+import { wrapFetchWithPaymentFromConfig } from "@x402/fetch";
+import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
+import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
+import { toHex } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+import { freePort, MERCHANT, MERCHANT_TOKEN, PAYER, PAYER_KEY, DEVNET_USD, USDC } from "../node/stack.mjs";
+
+export const NETWORK = "eip155:31337";
+export const PRICE = "10000";
+/// The tokens a route may cost, with the EIP-712 domain a payer signs for.
+export const TOKENS = {
+  [DEVNET_USD]: { name: "Devnet USD", version: "1" },
+  [USDC]: { name: "USD Coin", version: "2" },
+};
+
+/// A facilitator client as a merchant configures it: our /x402 at `url`, the merchant's API key.
+export function facilitatorAt(url) {
+  return new HTTPFacilitatorClient({
+    url,
+    createAuthHeaders: async () => {
+      const auth = { Authorization: `Bearer ${MERCHANT_TOKEN}` };
+      return { verify: auth, settle: auth, supported: auth };
+    },
+  });
+}
+
+/// The README's resource server: an express app whose routes cost PRICE of a token. `facilitator`
+/// is the facilitator client it asks (default: ours at `facilitatorUrl`).
+export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl)) {
+  const server = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmServer());
+  const route = (asset) => ({
+    accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra: TOKENS[asset] } },
+    description: "The weather, paid per call",
+  });
+  const app = express();
+  app.use(paymentMiddleware({ "GET /weather": route(DEVNET_USD), "GET /weather-usdc": route(USDC) }, server));
+  app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
+  app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
+  const port = await freePort();
+  const listening = app.listen(port, "127.0.0.1");
+  await new Promise((resolve) => listening.once("listening", resolve));
+  return { url: `http://127.0.0.1:${port}`, close: () => listening.close() };
+}
+
+/// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
+/// not sent at all (the caller answers it), so the signed header can be used as the caller likes.
+export function payingClient({ hold = false, key = PAYER_KEY } = {}) {
+  const sent = [];
+  const transport = async (input, init) => {
+    const request = new Request(input, init);
+    const signature = request.headers.get("payment-signature");
+    if (signature) {
+      sent.push(signature);
+      if (hold) return new Response("held by the caller", { status: 599 });
+    }
+    return fetch(request);
+  };
+  const pay = wrapFetchWithPaymentFromConfig(transport, {
+    schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) }],
+    // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
+    spendControls: {
+      allowedAssets: Object.keys(TOKENS).map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
+    },
+  });
+  return { pay, sent };
+}
+
+/// A payment at the chain time `now`, signed by `key` over the domain of `extra` (default: the token's own), for the
+/// requirements `required`; `change` alters the authorization before it is signed.
+export async function signPayment({ now, key = PAYER_KEY, asset = DEVNET_USD, extra = TOKENS[asset], change = () => {}, requirements = () => {} }) {
+  const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra };
+  requirements(required);
+  const authorization = {
+    from: PAYER, to: MERCHANT, value: PRICE, validAfter: String(now - 600), validBefore: String(now + 600),
+    nonce: toHex(crypto.getRandomValues(new Uint8Array(32))),
+  };
+  change(authorization);
+  const signature = await privateKeyToAccount(key).signTypedData({
+    domain: { name: extra.name, version: extra.version, chainId: 31337, verifyingContract: asset },
+    types: {
+      TransferWithAuthorization: [
+        { name: "from", type: "address" }, { name: "to", type: "address" }, { name: "value", type: "uint256" },
+        { name: "validAfter", type: "uint256" }, { name: "validBefore", type: "uint256" }, { name: "nonce", type: "bytes32" },
+      ],
+    },
+    primaryType: "TransferWithAuthorization",
+    message: authorization,
+  });
+  const payload = { x402Version: 2, accepted: required, payload: { signature, authorization } };
+  return { payload, required, body: { x402Version: 2, paymentPayload: payload, paymentRequirements: required } };
+}
+
