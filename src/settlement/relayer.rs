@@ -370,17 +370,33 @@ impl Relayer<'_> {
                 return Err(e);
             }
         };
+        let mut signed = Vec::with_capacity(ready.len());
         for (submission, call) in ready {
-            match self.send(conn, submission, call, head, &mut nonces).await {
-                Ok(()) => ticked.broadcast += 1,
-                // The rest waits for the next tick: a nonce skipped here would hold every later
-                // transaction of this key in the node's queue.
+            match self.sign(submission, call, &mut nonces).await {
+                Ok(transaction) => signed.push((submission, transaction)),
+                Err(e) => record_error(conn, submission, &e.to_string()).await?,
+            }
+        }
+        // Broadcast together, in nonce order as far as the node sees it. One that fails leaves a
+        // gap the node reports as the next pending nonce, so the next round fills it.
+        let broadcasts: Vec<_> = signed
+            .iter()
+            .map(|(_, t)| self.node.send_raw_transaction(&t.raw))
+            .collect();
+        let sent = futures::stream::iter(broadcasts)
+            .buffered(IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await;
+        for ((submission, transaction), sent) in signed.iter().zip(sent) {
+            match sent {
+                Ok(_pending) => {
+                    crash_point_after_broadcast();
+                    self.record(conn, submission, transaction, head).await?;
+                    ticked.broadcast += 1;
+                }
                 Err(e) => {
-                    record_error(conn, submission, &e.to_string()).await?;
-                    return match e {
-                        RelayError::Database(_) => Err(e),
-                        _ => Ok(ticked),
-                    };
+                    let error = RelayError::from(e);
+                    record_error(conn, submission, &error.to_string()).await?;
                 }
             }
         }
@@ -483,23 +499,20 @@ impl Relayer<'_> {
         })
     }
 
-    /// Signs and broadcasts the submission's call: a replacement at the same account nonce with
-    /// higher fees if that nonce is still open, else a new transaction at the next nonce; then
-    /// records it.
-    async fn send(
+    /// Signs the submission's call: a replacement at the same account nonce with higher fees if
+    /// that nonce is still open, else a new transaction at the next nonce.
+    async fn sign(
         &self,
-        conn: &mut PgConnection,
         s: &Submission,
         call: Box<Call>,
-        head: u64,
         nonces: &mut Nonces,
-    ) -> Result<(), RelayError> {
+    ) -> Result<Signed, RelayError> {
         // Only a sent submission can be replaced: while the chain has not passed its nonce.
         let replacing = match (s.state, s.tx_nonce) {
             (State::Sent, Some(n)) => n as u64 >= nonces.mined,
             _ => false,
         };
-        let tx_nonce = match (replacing, s.tx_nonce) {
+        let nonce = match (replacing, s.tx_nonce) {
             (true, Some(n)) => n as u64,
             _ => nonces.next,
         };
@@ -519,7 +532,7 @@ impl Relayer<'_> {
         }
         let request = call
             .request
-            .with_nonce(tx_nonce)
+            .with_nonce(nonce)
             .with_chain_id(self.chain.id)
             .with_gas_limit(call.gas + call.gas / 5)
             .with_max_fee_per_gas(max_fee)
@@ -529,17 +542,27 @@ impl Relayer<'_> {
             .build(&wallet)
             .await
             .map_err(|e| RelayError::Signing(e.to_string()))?;
-        let hash = *envelope.tx_hash();
-        let _pending = self
-            .node
-            .send_raw_transaction(&envelope.encoded_2718())
-            .await?;
         if !replacing {
             nonces.next += 1;
         }
-        crash_point_after_broadcast();
-        let from = self.key.address();
-        // Whoever awaits the submission learns its transaction at once.
+        Ok(Signed {
+            hash: *envelope.tx_hash(),
+            raw: envelope.encoded_2718(),
+            nonce,
+            max_fee,
+            priority,
+            replacing,
+        })
+    }
+
+    /// Records a broadcast transaction; whoever awaits the submission learns it at once.
+    async fn record(
+        &self,
+        conn: &mut PgConnection,
+        s: &Submission,
+        t: &Signed,
+        head: u64,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query!(
             r#"
             UPDATE chain_submissions
@@ -551,22 +574,32 @@ impl Relayer<'_> {
             RETURNING pg_notify($8, id::text)
             "#,
             s.id,
-            from.to_checksum(None),
-            tx_nonce as i64,
-            hash.to_string(),
-            max_fee.to_string(),
-            priority.to_string(),
+            self.key.address().to_checksum(None),
+            t.nonce as i64,
+            t.hash.to_string(),
+            t.max_fee.to_string(),
+            t.priority.to_string(),
             head as i64,
             outbox::DONE_CHANNEL,
         )
         .fetch_optional(&mut *conn)
         .await?;
-        let kind = if replacing { "replacement" } else { "new" };
+        let kind = if t.replacing { "replacement" } else { "new" };
         metrics::counter!(names::RELAYER_SENT, "chain" => self.chain.name.clone(), "kind" => kind)
             .increment(1);
-        tracing::info!(chain = %self.chain.name, kind = %s.kind, subject = %s.subject, tx = %hash, nonce = tx_nonce, max_fee, priority, send = kind, "submission sent");
+        tracing::info!(chain = %self.chain.name, kind = %s.kind, subject = %s.subject, tx = %t.hash, nonce = t.nonce, max_fee = t.max_fee, priority = t.priority, send = kind, "submission sent");
         Ok(())
     }
+}
+
+/// A signed transaction of a submission, ready to broadcast.
+struct Signed {
+    hash: B256,
+    raw: Vec<u8>,
+    nonce: u64,
+    max_fee: u128,
+    priority: u128,
+    replacing: bool,
 }
 
 /// How many node calls a tick has in flight at once while it looks at its submissions.
