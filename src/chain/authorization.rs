@@ -193,6 +193,31 @@ pub async fn ask_wallet(
     }
 }
 
+/// Asks the token, by `eth_call` of the transfer `proof` would make, whether it would take it now:
+/// `Ok(None)` if so, `Ok(Some(reason))` with its revert reason if not. A token may have the
+/// `bytes signature` form and still check only keys (ECDSA), never a contract wallet: only the
+/// token itself can say.
+pub async fn simulate_transfer(
+    node: &Node,
+    authorization: &Authorization,
+    proof: &PayerProof,
+) -> Result<Option<String>, ChainError> {
+    use alloy::{
+        eips::BlockId, network::TransactionBuilder, providers::Provider,
+        rpc::types::TransactionRequest,
+    };
+    let request = TransactionRequest::default()
+        .with_to(authorization.token)
+        .with_input(authorization.calldata_for(proof));
+    match node.call(request).block(BlockId::latest()).await {
+        Ok(_) => Ok(None),
+        Err(e) => match ChainError::from(e) {
+            ChainError::Reverted { reason } => Ok(Some(reason)),
+            other => Err(other),
+        },
+    }
+}
+
 sol! {
     /// ERC-1271: how a contract says a signature is its own.
     #[sol(rpc)]

@@ -126,12 +126,43 @@ pub async fn authorizer_proof(
             TokenSupport::Eip3009 {
                 contract_signatures: true,
                 ..
-            } => Ok(PayerProof::Contract(bytes)),
+            } => token_takes_contract_signature(node, chain, authorization, bytes, who).await,
             _ => Err(ApiError::TokenNotSupported(format!(
                 "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
                 authorization.token, authorization.from
             ))),
         },
+    }
+}
+
+/// A contract wallet's signature, once the token itself says it checks such signatures: a token
+/// with the `bytes signature` form may still check only keys. Asked by simulating the transfer;
+/// a revert for another reason (a short balance, a used nonce) is not the signature's fault, and
+/// is left to the checks and the relayer that look at those.
+async fn token_takes_contract_signature(
+    node: &crate::chain::rpc::Node,
+    chain: &str,
+    authorization: &Authorization,
+    bytes: alloy::primitives::Bytes,
+    who: &str,
+) -> Result<PayerProof, ApiError> {
+    let proof = PayerProof::Contract(bytes);
+    let refused = authorization::simulate_transfer(node, authorization, &proof)
+        .await
+        .map_err(|e| {
+            ApiError::ChainUnavailable(format!(
+                "whether token {} takes a contract wallet's signature needs its chain, which did not answer ({e}); nothing was changed, retry later",
+                authorization.token
+            ))
+        })?;
+    match refused {
+        Some(reason) if outbox::Revert::of_eip3009(&reason) == outbox::Revert::SignatureRefused => {
+            Err(ApiError::TokenNotSupported(format!(
+                "token {} on {chain} checks only keys' signatures, not a contract wallet's (ERC-1271), so the {who} {} cannot sign for it: {reason}",
+                authorization.token, authorization.from
+            )))
+        }
+        _ => Ok(proof),
     }
 }
 

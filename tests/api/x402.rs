@@ -43,6 +43,8 @@ struct Payment {
     valid_before: u64,
     nonce: String,
     signer: &'static str,
+    /// The authorizer: the payer, or a contract wallet its key signs for.
+    from: String,
 }
 
 impl Payment {
@@ -63,6 +65,7 @@ impl Payment {
             valid_before: now + 600,
             nonce: format!("0x{}", hex_of(rand_bytes())),
             signer: PAYER_KEY,
+            from: PAYER.to_owned(),
         }
     }
 
@@ -81,7 +84,7 @@ impl Payment {
             "primaryType": "TransferWithAuthorization",
             "domain": {"name": self.name, "version": self.version, "chainId": 31337, "verifyingContract": self.token},
             "message": {
-                "from": PAYER, "to": self.to, "value": self.value,
+                "from": self.from, "to": self.to, "value": self.value,
                 "validAfter": self.valid_after.to_string(), "validBefore": self.valid_before.to_string(),
                 "nonce": self.nonce
             }
@@ -533,4 +536,80 @@ async fn a_transfer_dropped_by_a_reorg_is_sent_again_and_booked_once() {
     // Another settle of it still never says success.
     let again = settle(&app, None, &body).await.json();
     assert_eq!(again["success"], false, "{again}");
+}
+
+/// A smart-contract wallet pays (ERC-1271): its owner's key signs, verify and settle ask the wallet
+/// on chain, and the relayer submits USDC's `bytes signature` form, which USDC checks with the
+/// wallet too. Another key's signature the wallet refuses. The devnet token has the `bytes
+/// signature` form but checks only keys: verify asks the token itself, and says so, rather than
+/// accept a payment that could never be made.
+#[tokio::test]
+async fn a_smart_contract_wallet_pays_through_x402_where_the_token_checks_wallets() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    let wallet = anvil.deploy_wallet(PAYER_KEY);
+    for token in [USDC, TOKEN] {
+        anvil.cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            token,
+            "transfer(address,uint256)",
+            &wallet,
+            "5000000",
+        ]);
+    }
+    let mut payment = Payment::new(&anvil, USDC).await;
+    payment.from = wallet.clone();
+    let body = payment.request(&anvil, payment.requirements());
+    assert_eq!(
+        verify(&app, &body).await,
+        json!({"isValid": true, "payer": wallet})
+    );
+    let before = anvil.balance_of(USDC, PAYEE);
+    let settled = settle(&app, None, &body).await.json();
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["payer"], wallet.as_str());
+    let transfers = transfers_in(&anvil, settled["transaction"].as_str().unwrap()).await;
+    assert_eq!(
+        transfers,
+        vec![(wallet.to_lowercase(), PAYEE.to_lowercase(), 1_000_000)]
+    );
+    assert_eq!(anvil.balance_of(USDC, PAYEE), before + 1_000_000);
+
+    let mut stranger = Payment::new(&anvil, USDC).await;
+    stranger.from = wallet.clone();
+    stranger.signer = PAYEE_KEY;
+    let refused = verify(&app, &stranger.request(&anvil, stranger.requirements())).await;
+    assert_eq!(refused["invalidReason"], "invalid_exact_evm_signature");
+    assert!(
+        refused["invalidMessage"]
+            .as_str()
+            .unwrap()
+            .contains("refuses it (ERC-1271"),
+        "{refused}"
+    );
+
+    let mut devnet = Payment::new(&anvil, TOKEN).await;
+    devnet.from = wallet.clone();
+    let body = devnet.request(&anvil, devnet.requirements());
+    let refused = verify(&app, &body).await;
+    assert_eq!(refused["invalidReason"], "invalid_exact_evm_signature");
+    assert!(
+        refused["invalidMessage"]
+            .as_str()
+            .unwrap()
+            .contains("checks only keys"),
+        "{refused}"
+    );
+    let settled = settle(&app, None, &body).await.json();
+    assert_eq!(
+        settled["errorReason"], "invalid_exact_evm_signature",
+        "{settled}"
+    );
+    assert_eq!(
+        app.intent_count().await,
+        1,
+        "nothing stored for a payment that cannot be made"
+    );
 }
