@@ -82,6 +82,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 report.refunded_on_chain,
                 report.unrelated_transfers
             );
+            for burned in &report.burned_nonces {
+                println!("BURNED {burned}");
+            }
             for difference in &report.differences {
                 println!("DIFFERENCE {difference}");
             }

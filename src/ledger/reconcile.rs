@@ -31,8 +31,12 @@ pub struct Report {
     pub refunds_booked: usize,
     pub refunded_on_chain: usize,
     /// Transfers to or from merchant addresses that are no payment or refund of ours (plain
-    /// transfers): shown, not differences.
+    /// transfers): shown, not differences. Each counted once, even between two merchant addresses.
     pub unrelated_transfers: usize,
+    /// Our nonces used by a transfer of another amount than the one authorized: the payer burned
+    /// the nonce (its intent or refund failed), and the money moved is no payment of ours. Shown,
+    /// not differences: nothing is booked for them, by design.
+    pub burned_nonces: Vec<String>,
     pub differences: Vec<String>,
     pub up_to_block: u64,
 }
@@ -53,9 +57,19 @@ pub async fn reconcile(
         up_to_block: confirmed,
         ..Report::default()
     };
+    let mut unrelated = std::collections::BTreeSet::new();
     for kind in [Kind::Payment, Kind::Refund] {
         let booked = booked(conn, chain, kind).await?;
-        let on_chain = on_chain(conn, chain, node, confirmed, kind, &mut report).await?;
+        let on_chain = on_chain(
+            conn,
+            chain,
+            node,
+            confirmed,
+            kind,
+            &mut report,
+            &mut unrelated,
+        )
+        .await?;
         let (verb, noun) = match kind {
             Kind::Payment => {
                 report.booked = booked.len();
@@ -92,6 +106,7 @@ pub async fn reconcile(
             }
         }
     }
+    report.unrelated_transfers = unrelated.len();
     Ok(report)
 }
 
@@ -147,6 +162,7 @@ async fn on_chain(
     confirmed: u64,
     kind: Kind,
     report: &mut Report,
+    unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<Movements> {
     let pairs = sqlx::query!(
         "SELECT DISTINCT token, payee FROM payment_intents WHERE chain = $1",
@@ -193,13 +209,13 @@ async fn on_chain(
                 let Some((use_index, authorized)) =
                     authorized_before(conn, chain, token, kind, &uses, tx, index).await?
                 else {
-                    report.unrelated_transfers += 1;
+                    unrelated.insert((tx, index));
                     continue;
                 };
                 if authorized.from != sent.from.to_checksum(None)
                     || authorized.to != sent.to.to_checksum(None)
                 {
-                    report.unrelated_transfers += 1;
+                    unrelated.insert((tx, index));
                     continue;
                 }
                 // A transfer of another amount burns the nonce: it moves nothing of ours.
@@ -208,6 +224,11 @@ async fn on_chain(
                         (tx.to_string(), use_index as i64),
                         (authorized.subject, authorized.amount),
                     );
+                } else {
+                    report.burned_nonces.push(format!(
+                        "{}'s nonce used in {tx} by a transfer of {}, not its {}",
+                        authorized.subject, sent.value, authorized.amount
+                    ));
                 }
             }
             from = to_block + 1;

@@ -610,10 +610,21 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
         anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
         settled.wait_for_state(&id, "succeeded").await;
     }
+    // A payer burns a nonce with a transfer of one unit: shown, booked nowhere, no difference.
+    let burned = settled.create_intent_id(SEED_BODY).await;
+    let mut typed = settled.typed_data(&burned).await;
+    typed["message"]["value"] = "1".into();
+    anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));
+    settled.wait_for_state(&burned, "failed").await;
     let (agreed, output) = reconcile(&settled, &anvil);
     assert!(agreed, "{output}");
     assert!(
         output.contains("2 payments booked, 2 paid on chain"),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!("BURNED {burned}'s nonce used in 0x"))
+            && output.contains("by a transfer of 1, not its 100000000"),
         "{output}"
     );
 
@@ -649,10 +660,10 @@ async fn reconcile_agrees_with_a_settled_chain_and_names_each_difference() {
         )),
         "{output}"
     );
-    // The devnet's mint and the other database's two payments go to the same address but pay
-    // none of this database's intents.
+    // The devnet's mint, the other database's two payments and its burned nonce go to the same
+    // address but pay none of this database's intents.
     assert!(
-        output.contains("3 other transfers to or from merchant addresses"),
+        output.contains("4 other transfers to or from merchant addresses"),
         "{output}"
     );
 }
