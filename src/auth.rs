@@ -52,9 +52,10 @@ fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Looks tokens up by hash, remembering known ones for a minute so that a request costs no
-/// database round trip for its credentials. Unknown tokens are never remembered: guessing costs a
-/// lookup each time and cannot fill the cache. A deleted key stays usable for at most `KNOWN_FOR`.
+/// Looks tokens up by hash, remembering known ones for a second so that a burst of requests costs
+/// one database round trip for its credentials, and a revoked or expired key stops working on every
+/// replica within that second. Unknown tokens are never remembered: guessing costs a lookup each
+/// time and cannot fill the cache.
 #[derive(Clone)]
 pub struct Authenticator {
     pool: Pool,
@@ -62,7 +63,7 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    const KNOWN_FOR: Duration = Duration::from_secs(60);
+    const KNOWN_FOR: Duration = Duration::from_secs(1);
 
     pub fn new(pool: Pool) -> Self {
         let known = moka::sync::Cache::builder()
@@ -77,8 +78,22 @@ impl Authenticator {
         if let Some(merchant) = self.known.get(&hash) {
             return Ok(Some(merchant));
         }
+        // One indexed lookup, which also notes the key's use at most once a minute.
         let merchant = sqlx::query_scalar!(
-            "SELECT merchant_id FROM api_keys WHERE token_sha256 = $1",
+            r#"
+            WITH live AS (
+                SELECT merchant_id, last_used_at FROM api_keys
+                 WHERE token_sha256 = $1 AND revoked_at IS NULL
+                   AND (expires_at IS NULL OR expires_at > now())
+            ), used AS (
+                UPDATE api_keys SET last_used_at = now()
+                 WHERE token_sha256 = $1
+                   AND EXISTS (SELECT 1 FROM live
+                                WHERE live.last_used_at IS NULL
+                                   OR live.last_used_at < now() - interval '1 minute')
+            )
+            SELECT merchant_id FROM live
+            "#,
             &hash[..]
         )
         .fetch_optional(&mut *self.pool.acquire().await?)
@@ -185,12 +200,82 @@ impl Bootstrap {
     }
 }
 
-/// A new random token (256 bits) for a merchant; only its hash is stored.
+/// What new tokens start with, so secret scanners recognise them; older tokens keep working.
+const TOKEN_PREFIX: &str = "sk_live_";
+
+/// A new random token (256 bits) for a merchant; only its hash is stored, with its prefix
+/// (`sk_live_` and 8 hex digits) to name it by.
 pub async fn create(pool: &Pool, merchant: &MerchantId) -> anyhow::Result<String> {
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
-    let token = format!("sk_{}", hex::encode(secret));
-    insert(pool, &token, merchant).await?;
+    let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
+    let prefix = &token[..TOKEN_PREFIX.len() + 8];
+    sqlx::query!(
+        "INSERT INTO api_keys (merchant_id, token_sha256, prefix) VALUES ($1, $2, $3)",
+        merchant.as_str(),
+        &token_hash(&token)[..],
+        prefix,
+    )
+    .execute(&mut *pool.acquire().await?)
+    .await?;
+    Ok(token)
+}
+
+/// A key as `api-keys list` shows it: never its secret.
+#[derive(Debug)]
+pub struct KeySummary {
+    /// `None` for a key made before keys had prefixes.
+    pub prefix: Option<String>,
+    pub created_at: time::OffsetDateTime,
+    pub last_used_at: Option<time::OffsetDateTime>,
+    pub expires_at: Option<time::OffsetDateTime>,
+    pub revoked_at: Option<time::OffsetDateTime>,
+}
+
+/// The merchant's keys, oldest first.
+pub async fn list(pool: &Pool, merchant: &MerchantId) -> Result<Vec<KeySummary>, sqlx::Error> {
+    sqlx::query_as!(
+        KeySummary,
+        "SELECT prefix, created_at, last_used_at, expires_at, revoked_at FROM api_keys
+          WHERE merchant_id = $1 ORDER BY created_at, prefix",
+        merchant.as_str(),
+    )
+    .fetch_all(&mut *pool.acquire().await?)
+    .await
+}
+
+/// Revokes the live key named by `prefix`: it stops working on every replica within a second.
+pub async fn revoke(pool: &Pool, prefix: &str) -> anyhow::Result<()> {
+    let revoked = sqlx::query!(
+        "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL",
+        prefix,
+    )
+    .execute(&mut *pool.acquire().await?)
+    .await?
+    .rows_affected();
+    anyhow::ensure!(revoked == 1, "no live key has the prefix {prefix:?}");
+    Ok(())
+}
+
+/// A new key for the merchant, and every other live key of its set to expire in `old_expires_in`
+/// (sooner if it expires sooner already): the overlap in which its servers move to the new key.
+pub async fn rotate(
+    pool: &Pool,
+    merchant: &MerchantId,
+    old_expires_in: Duration,
+) -> anyhow::Result<String> {
+    let token = create(pool, merchant).await?;
+    let prefix = &token[..TOKEN_PREFIX.len() + 8];
+    sqlx::query!(
+        "UPDATE api_keys
+            SET expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $3))
+          WHERE merchant_id = $1 AND prefix IS DISTINCT FROM $2 AND revoked_at IS NULL",
+        merchant.as_str(),
+        prefix,
+        old_expires_in.as_secs_f64(),
+    )
+    .execute(&mut *pool.acquire().await?)
+    .await?;
     Ok(token)
 }
 

@@ -60,11 +60,36 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum ApiKeysCommand {
-    /// Print a new random token for a merchant; only its SHA-256 hash is stored.
+    /// Print a new random token for a merchant (`sk_live_…`); only its SHA-256 hash is stored,
+    /// with its prefix to name it by.
     Create {
         /// The merchant account the token authenticates as.
         #[arg(long)]
         merchant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// List a merchant's keys: prefix, created, last used, expiry, revocation; never a secret.
+    List {
+        #[arg(long)]
+        merchant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Revoke the key with this prefix (as `list` shows it): refused on every replica within a
+    /// second.
+    Revoke {
+        prefix: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Print a new key for a merchant, and let its other live keys expire after an overlap.
+    Rotate {
+        #[arg(long)]
+        merchant: String,
+        /// Seconds the old keys keep working, while servers move to the new one.
+        #[arg(long)]
+        old_expires_in: u64,
         #[command(flatten)]
         database: DatabaseArgs,
     },

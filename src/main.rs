@@ -97,14 +97,57 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", payments_api::http::openapi::document());
             Ok(())
         }
-        Some(Command::ApiKeys(ApiKeysCommand::Create { merchant, database })) => {
+        Some(Command::ApiKeys(command)) => api_keys(command).await,
+    }
+}
+
+/// `payments-api api-keys …`: keys a merchant controls (`docs/api.md`, "Authentication").
+async fn api_keys(command: ApiKeysCommand) -> anyhow::Result<()> {
+    let when = |at: Option<time::OffsetDateTime>| {
+        at.and_then(|at| {
+            at.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "-".to_owned())
+    };
+    match command {
+        ApiKeysCommand::Create { merchant, database } => {
             let merchant = auth::MerchantId::parse(&merchant)?;
             let pool = db::pool(database.url()?, 1)?;
-            let token = auth::create(&pool, &merchant).await?;
-            println!("{token}");
-            Ok(())
+            println!("{}", auth::create(&pool, &merchant).await?);
+        }
+        ApiKeysCommand::List { merchant, database } => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let pool = db::pool(database.url()?, 1)?;
+            println!("prefix\tcreated\tlast_used\texpires\trevoked");
+            for key in auth::list(&pool, &merchant).await? {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    key.prefix.as_deref().unwrap_or("(no prefix)"),
+                    when(Some(key.created_at)),
+                    when(key.last_used_at),
+                    when(key.expires_at),
+                    when(key.revoked_at),
+                );
+            }
+        }
+        ApiKeysCommand::Revoke { prefix, database } => {
+            let pool = db::pool(database.url()?, 1)?;
+            auth::revoke(&pool, &prefix).await?;
+            println!("revoked {prefix}");
+        }
+        ApiKeysCommand::Rotate {
+            merchant,
+            old_expires_in,
+            database,
+        } => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let pool = db::pool(database.url()?, 1)?;
+            let overlap = std::time::Duration::from_secs(old_expires_in);
+            println!("{}", auth::rotate(&pool, &merchant, overlap).await?);
         }
     }
+    Ok(())
 }
 
 async fn serve(args: payments_api::config::ServeArgs) -> anyhow::Result<()> {

@@ -166,3 +166,121 @@ async fn tokens_are_stored_only_as_hashes() {
         assert_ne!(hash, DEMO_TOKEN.as_bytes());
     }
 }
+
+/// `payments-api api-keys …` as an operator runs it against the app's database.
+fn api_keys(app: &TestApp, args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .arg("api-keys")
+        .args(args)
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .expect("run payments-api");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text.trim().to_owned())
+}
+
+/// Waits until `token` gets `status` from `app` (a replica forgets a known key within a second).
+async fn until_status(app: &TestApp, token: &str, status: u16) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if app.get_as(token, "/v1/payment_intents").await.status == status {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{token} never got {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A merchant's keys: created with a prefix secret scanners know, listed without their secret,
+/// revoked on every replica, rotated with an overlap in which the old key still works.
+#[tokio::test]
+async fn a_merchant_lists_revokes_and_rotates_its_keys_on_every_replica() {
+    let first = TestApp::spawn().await;
+    let second = TestApp::spawn_on(&first.database_url, |_| {}).await;
+    let (ok, token) = api_keys(&first, &["create", "--merchant", DEMO_MERCHANT]);
+    assert!(ok, "{token}");
+    assert!(
+        token.starts_with("sk_live_") && token.len() == 8 + 64,
+        "{token}"
+    );
+    let prefix = &token[..16];
+    for app in [&first, &second] {
+        assert_eq!(app.get_as(&token, "/v1/payment_intents").await.status, 200);
+    }
+    let (ok, listed) = api_keys(&first, &["list", "--merchant", DEMO_MERCHANT]);
+    assert!(ok, "{listed}");
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("{listed}"));
+    let fields: Vec<&str> = line.split('\t').collect();
+    assert_ne!(fields[2], "-", "its use is noted: {line}");
+    assert_eq!((fields[3], fields[4]), ("-", "-"), "{line}");
+    assert!(!listed.contains(&token[16..]), "never the secret: {listed}");
+    assert!(
+        listed.contains("(no prefix)"),
+        "the bootstrap key: {listed}"
+    );
+
+    let (ok, said) = api_keys(&first, &["revoke", prefix]);
+    assert!(ok, "{said}");
+    for app in [&first, &second] {
+        until_status(app, &token, 401).await;
+    }
+    let (ok, said) = api_keys(&first, &["revoke", prefix]);
+    assert!(!ok, "a revoked key cannot be revoked again: {said}");
+
+    // Rotation: the new key works at once, the old one for the overlap, then no more.
+    let (_, old) = api_keys(&first, &["create", "--merchant", OTHER_MERCHANT]);
+    let (ok, new) = api_keys(
+        &first,
+        &[
+            "rotate",
+            "--merchant",
+            OTHER_MERCHANT,
+            "--old-expires-in",
+            "3600",
+        ],
+    );
+    assert!(ok, "{new}");
+    for app in [&first, &second] {
+        assert_eq!(app.get_as(&new, "/v1/payment_intents").await.status, 200);
+        assert_eq!(app.get_as(&old, "/v1/payment_intents").await.status, 200);
+    }
+    let (_, listed) = api_keys(&first, &["list", "--merchant", OTHER_MERCHANT]);
+    let old_line = listed.lines().find(|l| l.starts_with(&old[..16])).unwrap();
+    assert_ne!(old_line.split('\t').nth(3), Some("-"), "{listed}");
+    let (ok, newer) = api_keys(
+        &first,
+        &[
+            "rotate",
+            "--merchant",
+            OTHER_MERCHANT,
+            "--old-expires-in",
+            "0",
+        ],
+    );
+    assert!(ok, "{newer}");
+    for app in [&first, &second] {
+        until_status(app, &old, 401).await;
+        until_status(app, &new, 401).await;
+        assert_eq!(app.get_as(&newer, "/v1/payment_intents").await.status, 200);
+        // Keys made before prefixes keep working until rotated away.
+        assert_eq!(
+            app.get_as(DEMO_TOKEN, "/v1/payment_intents").await.status,
+            200
+        );
+    }
+    assert_eq!(
+        first
+            .get_as(OTHER_TOKEN, "/v1/payment_intents")
+            .await
+            .status,
+        401,
+        "the rotation expired the merchant's bootstrap key too"
+    );
+}

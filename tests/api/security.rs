@@ -293,9 +293,9 @@ async fn new_api_tokens_carry_256_random_bits() {
         );
         let token = String::from_utf8(output.stdout).unwrap().trim().to_owned();
         assert!(
-            token.starts_with("sk_")
-                && token.len() == 3 + 64
-                && token[3..].bytes().all(|b| b.is_ascii_hexdigit())
+            token.starts_with("sk_live_")
+                && token.len() == 8 + 64
+                && token[8..].bytes().all(|b| b.is_ascii_hexdigit())
         );
         tokens.push(token);
     }
