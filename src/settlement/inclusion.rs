@@ -23,20 +23,29 @@ pub struct Inclusions(Arc<Mutex<HashMap<B256, Watched>>>);
 
 struct Watched {
     notify: Arc<Notify>,
+    /// How many waiters of this replica wait for it (duplicate settles of one payment do).
+    waiters: usize,
     /// The block that included it, as last seen; a reorg may have undone it since.
     block: Option<u64>,
 }
 
 impl Inclusions {
-    /// Waits for `hash` with `notify`; the block seen to include it already, if one was.
-    pub fn watch(&self, hash: B256, notify: &Arc<Notify>) -> Option<u64> {
+    /// Waits for `hash` with `notify` (once per waiter; [`Inclusions::forget`] it when done).
+    pub fn watch(&self, hash: B256, notify: &Arc<Notify>) {
         let mut watched = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let entry = watched.entry(hash).or_insert_with(|| Watched {
             notify: notify.clone(),
+            waiters: 0,
             block: None,
         });
         entry.notify = notify.clone();
-        entry.block
+        entry.waiters += 1;
+    }
+
+    /// The block seen to include `hash`, if one was.
+    pub fn seen(&self, hash: B256) -> Option<u64> {
+        let watched = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        watched.get(&hash).and_then(|entry| entry.block)
     }
 
     /// `hash` is not where it was seen (a reorg): it waits for a block again.
@@ -47,10 +56,16 @@ impl Inclusions {
         }
     }
 
+    /// One waiter of each of `hashes` is done.
     pub fn forget(&self, hashes: impl IntoIterator<Item = B256>) {
         let mut watched = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for hash in hashes {
-            watched.remove(&hash);
+            if let Some(entry) = watched.get_mut(&hash) {
+                entry.waiters = entry.waiters.saturating_sub(1);
+                if entry.waiters == 0 {
+                    watched.remove(&hash);
+                }
+            }
         }
     }
 

@@ -93,7 +93,7 @@ pub enum Revert {
 impl Revert {
     /// How the EIP-3009 tokens we know word their reverts: ours and Circle's FiatToken in
     /// strings, OpenZeppelin 5 by custom error selectors (`ERC20InsufficientBalance`
-    /// 0xe450d38c, `EnforcedPause` 0xd93c0665).
+    /// 0xe450d38c, `EnforcedPause` 0xd93c0665, the ECDSA errors).
     pub fn of_eip3009(reason: &str) -> Self {
         let reason = reason.to_ascii_lowercase();
         let any = |words: &[&str]| words.iter().any(|w| reason.contains(w));
@@ -110,7 +110,13 @@ impl Revert {
             Self::NotYet(Hold::TokenPaused)
         } else if any(&["blacklisted", "blocklisted"]) {
             Self::NotYet(Hold::AccountBlacklisted)
-        } else if any(&["invalid signature"]) {
+        } else if any(&[
+            "invalid signature",
+            // OpenZeppelin 5's ECDSA: ECDSAInvalidSignature, …Length, …S.
+            "0xf645eedf",
+            "0xfce698f7",
+            "0xd78bce0c",
+        ]) {
             Self::SignatureRefused
         } else {
             Self::Other

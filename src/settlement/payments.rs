@@ -155,14 +155,27 @@ async fn token_takes_contract_signature(
                 authorization.token
             ))
         })?;
+    // Only a refusal that is no fault of the signature (the nonce, the window, the balance, a
+    // pause: each checked or held elsewhere) lets the signature pass.
+    let window = |reason: &str| {
+        let reason = reason.to_ascii_lowercase();
+        reason.contains("not yet valid") || reason.contains("expired")
+    };
     match refused {
-        Some(reason) if outbox::Revert::of_eip3009(&reason) == outbox::Revert::SignatureRefused => {
-            Err(ApiError::TokenNotSupported(format!(
-                "token {} on {chain} checks only keys' signatures, not a contract wallet's (ERC-1271), so the {who} {} cannot sign for it: {reason}",
-                authorization.token, authorization.from
-            )))
+        None => Ok(proof),
+        Some(reason)
+            if window(&reason)
+                || matches!(
+                    outbox::Revert::of_eip3009(&reason),
+                    outbox::Revert::Spent | outbox::Revert::NotYet(_)
+                ) =>
+        {
+            Ok(proof)
         }
-        _ => Ok(proof),
+        Some(reason) => Err(ApiError::TokenNotSupported(format!(
+            "token {} on {chain} does not take a contract wallet's signature (ERC-1271) from the {who} {}: it checks only keys' signatures, or refuses this one ({reason})",
+            authorization.token, authorization.from
+        ))),
     }
 }
 

@@ -358,7 +358,20 @@ impl Relayer<'_> {
                 }
             }
         }
-        if ready.is_empty() || !still_held().await? {
+        let sent_nonces: Vec<u64> = open
+            .iter()
+            .filter(|s| s.state == State::Sent)
+            .filter_map(|s| s.tx_nonce.map(|n| n as u64))
+            .collect();
+        if ready.is_empty() {
+            // Nothing new to take the nonce a failed broadcast (or a crash between two) left
+            // open below sent transactions: fill it, or they never mine.
+            if !sent_nonces.is_empty() && still_held().await? {
+                self.fill_gap(&sent_nonces).await?;
+            }
+            return Ok(ticked);
+        }
+        if !still_held().await? {
             return Ok(ticked);
         }
         let mut nonces = match self.nonces().await {
@@ -377,8 +390,9 @@ impl Relayer<'_> {
                 Err(e) => record_error(conn, submission, &e.to_string()).await?,
             }
         }
-        // Broadcast together, in nonce order as far as the node sees it. One that fails leaves a
-        // gap the node reports as the next pending nonce, so the next round fills it.
+        // Broadcast together (the node may receive them out of order; it queues a nonce until
+        // the one below it arrives). One that fails leaves a gap, which the node reports as the
+        // next pending nonce: the next round's first new transaction takes it, or `fill_gap` does.
         let broadcasts: Vec<_> = signed
             .iter()
             .map(|(_, t)| self.node.send_raw_transaction(&t.raw))
@@ -387,20 +401,29 @@ impl Relayer<'_> {
             .buffered(IN_FLIGHT)
             .collect::<Vec<_>>()
             .await;
+        // Every broadcast is recorded even if one record fails: an unrecorded one would be sent
+        // again at a new nonce, and revert paying gas.
+        let mut failed = None;
         for ((submission, transaction), sent) in signed.iter().zip(sent) {
-            match sent {
+            let recorded = match sent {
                 Ok(_pending) => {
                     crash_point_after_broadcast();
-                    self.record(conn, submission, transaction, head).await?;
                     ticked.broadcast += 1;
+                    self.record(conn, submission, transaction, head).await
                 }
                 Err(e) => {
                     let error = RelayError::from(e);
-                    record_error(conn, submission, &error.to_string()).await?;
+                    record_error(conn, submission, &error.to_string()).await
                 }
+            };
+            if let Err(e) = recorded {
+                failed.get_or_insert(e);
             }
         }
-        Ok(ticked)
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(ticked),
+        }
     }
 
     /// Whether a sent transaction should be left alone: one of its hashes is mined, or it has not
@@ -488,6 +511,37 @@ impl Relayer<'_> {
         }
     }
 
+    /// Sends a transaction of nothing to itself at the account's pending nonce if that nonce is
+    /// below sent transactions of this key and none of them holds it: a gap the node will not
+    /// mine past.
+    async fn fill_gap(&self, sent_nonces: &[u64]) -> Result<(), RelayError> {
+        let from = self.key.address();
+        let pending = self.node.get_transaction_count(from).pending().await?;
+        if !sent_nonces.iter().any(|&n| n > pending) || sent_nonces.contains(&pending) {
+            return Ok(());
+        }
+        let fees = self.node.estimate_eip1559_fees().await?;
+        let filler = TransactionRequest::default()
+            .with_from(from)
+            .with_to(from)
+            .with_nonce(pending)
+            .with_chain_id(self.chain.id)
+            .with_gas_limit(21_000)
+            .with_max_fee_per_gas(fees.max_fee_per_gas)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+        let wallet = EthereumWallet::from(self.key.0.clone());
+        let envelope: TxEnvelope = filler
+            .build(&wallet)
+            .await
+            .map_err(|e| RelayError::Signing(e.to_string()))?;
+        let _pending = self
+            .node
+            .send_raw_transaction(&envelope.encoded_2718())
+            .await?;
+        tracing::warn!(chain = %self.chain.name, relayer = %from, nonce = pending, tx = %envelope.tx_hash(), "filled a nonce gap below sent transactions");
+        Ok(())
+    }
+
     /// This key's account nonces as the node sees them, and the fees to send with, asked once a
     /// tick: they move with blocks, not with sends.
     async fn nonces(&self) -> Result<Nonces, RelayError> {
@@ -542,9 +596,8 @@ impl Relayer<'_> {
             .build(&wallet)
             .await
             .map_err(|e| RelayError::Signing(e.to_string()))?;
-        if !replacing {
-            nonces.next += 1;
-        }
+        // A new transaction never takes a nonce this round used, a replacement's included.
+        nonces.next = nonces.next.max(nonce + 1);
         Ok(Signed {
             hash: *envelope.tx_hash(),
             raw: envelope.encoded_2718(),

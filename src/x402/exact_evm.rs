@@ -64,7 +64,11 @@ pub struct VerifyResponse {
 }
 
 impl VerifyResponse {
-    fn invalid(reason: &'static str, payer: Option<Address>, message: impl Into<String>) -> Self {
+    pub(super) fn invalid(
+        reason: &'static str,
+        payer: Option<Address>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             is_valid: false,
             invalid_reason: Some(reason),
@@ -73,6 +77,9 @@ impl VerifyResponse {
         }
     }
 }
+
+/// 9999-12-31T23:59:59Z: a later `validBefore` (one in milliseconds, say) is no time we can keep.
+const LAST_VALID_BEFORE: u64 = 253_402_300_799;
 
 /// The served chain of a CAIP-2 `eip155:<id>` network, as our `evm:<id>`.
 pub fn served_chain(chains: &Chains, network: &str) -> Option<String> {
@@ -186,6 +193,25 @@ pub async fn check(
             return invalid("invalid_exact_evm_payload", why);
         }
     };
+    // What a payment of ours can be: it moves something, and ends at a time a date can hold.
+    if value.is_zero() {
+        return invalid(
+            "invalid_exact_evm_payload",
+            "the authorization moves nothing".into(),
+        );
+    }
+    if valid_before > U256::from(LAST_VALID_BEFORE) {
+        return invalid(
+            "invalid_exact_evm_payload",
+            format!("validBefore {valid_before} is not a time in seconds before the year 10000"),
+        );
+    }
+    if a.to.is_zero() {
+        return invalid(
+            "invalid_exact_evm_payload",
+            "the authorization pays the zero address".into(),
+        );
+    }
     let Ok(asset) = required.asset.parse::<Address>() else {
         return invalid(
             "invalid_exact_evm_payload",
@@ -308,8 +334,8 @@ pub async fn check(
     }))
 }
 
-/// Whether we hold a payment with this authorizer's nonce on this token already (an intent paid
-/// by it, settled or on its way).
+/// Whether we hold a payment with this authorizer's nonce on this token already: an intent with it,
+/// in any state (paid, on its way, or ended: the nonce is its own).
 async fn held_already(
     conn: &mut PgConnection,
     chain: &str,
@@ -319,8 +345,7 @@ async fn held_already(
 ) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM payment_intents
-                           WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4
-                             AND state IN ('processing', 'succeeded')) AS "held!""#,
+                           WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4) AS "held!""#,
         nonce.as_slice(),
         chain,
         token.to_checksum(None),

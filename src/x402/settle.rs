@@ -31,7 +31,7 @@ use crate::{
     idempotency::{Phases, provisional},
     intents::{
         domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
-        repo::{self, Expires, NewIntent},
+        repo::{self, Expires, NewIntent, TransitionError},
         state::{Action, Actor},
     },
     settlement::{Chains, payments},
@@ -281,6 +281,19 @@ async fn store(
             });
         }
     };
+    // Everything the intent needs is read before anything is written: a payment this server
+    // cannot keep as an intent is refused, never half stored.
+    let new = match new_intent(&checked, request) {
+        Ok(new) => new,
+        Err(why) => {
+            let payer = Some(checked.authorization.from);
+            return Ok(Err(exact_evm::VerifyResponse::invalid(
+                "invalid_exact_evm_payload",
+                payer,
+                why,
+            )));
+        }
+    };
     let intent_id = IntentId::generate();
     let network = request.payment_requirements.network.to_string();
     let inserted = sqlx::query_as!(
@@ -307,25 +320,21 @@ async fn store(
             .map(Ok)
             .ok_or_else(|| ApiError::internal("an x402 payment conflicted and is gone"));
     };
-    open_intent(tx, merchant, &intent_id, &checked, request).await?;
+    open_intent(tx, merchant, &intent_id, &new, &checked).await?;
     Ok(Ok(held))
 }
 
-/// The payment as a payment intent of the merchant, `processing` at once (its authorization is
-/// signed), and its submission queued.
-async fn open_intent(
-    tx: &mut PgConnection,
-    merchant: &MerchantId,
-    id: &IntentId,
-    checked: &Checked,
-    request: &Request,
-) -> Result<(), ApiError> {
+/// The payment as a payment intent: its requirements as the intent (amount, asset, payTo,
+/// validBefore as its expiry), its own nonce. `Err` says what cannot be kept so.
+fn new_intent(checked: &Checked, request: &Request) -> Result<NewIntent, String> {
     let a = &checked.authorization;
-    let stored = |what: &str, e: String| ApiError::internal(&format!("x402 {what}: {e}"));
-    let address = |raw: Address| IntentAddress::parse(&raw.to_checksum(None));
-    let expires_at =
-        OffsetDateTime::from_unix_timestamp(a.valid_before.min(i64::MAX as u64) as i64)
-            .map_err(|e| ApiError::InvalidRequest(format!("validBefore: {e}")))?;
+    let address = |raw: Address, what: &str| {
+        IntentAddress::parse(&raw.to_checksum(None)).map_err(|e| format!("{what}: {e}"))
+    };
+    let expires_at = i64::try_from(a.valid_before)
+        .ok()
+        .and_then(|at| OffsetDateTime::from_unix_timestamp(at).ok())
+        .ok_or_else(|| format!("validBefore {} is no time we can keep", a.valid_before))?;
     let resource = request
         .payment_payload
         .resource
@@ -336,19 +345,29 @@ async fn open_intent(
         request.payment_requirements.network.to_string(),
     )];
     pairs.extend(resource.map(|url| ("x402_resource", url)));
-    let new = NewIntent {
-        chain: Chain::parse(&checked.chain).map_err(|e| stored("chain", e))?,
-        token: address(a.token).map_err(|e| stored("asset", e))?,
-        payer: address(a.from).map_err(|e| stored("payer", e))?,
-        payee: address(a.to).map_err(|e| stored("payTo", e))?,
-        amount: Amount::parse(&a.value.to_string())
-            .map_err(|e| ApiError::InvalidRequest(format!("value: {e}")))?,
+    Ok(NewIntent {
+        chain: Chain::parse(&checked.chain)?,
+        token: address(a.token, "asset")?,
+        payer: address(a.from, "from")?,
+        payee: address(a.to, "payTo")?,
+        amount: Amount::parse(&a.value.to_string()).map_err(|e| format!("value: {e}"))?,
         expires: Expires::At(expires_at),
         metadata: Metadata::of_ours(pairs.iter().map(|(k, v)| (*k, v.as_str()))),
         nonce: Some(a.nonce.0),
-    };
+    })
+}
+
+/// Stores `new` as a payment intent of the merchant, `processing` at once (its authorization is
+/// signed), and queues its submission.
+async fn open_intent(
+    tx: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &IntentId,
+    new: &NewIntent,
+    checked: &Checked,
+) -> Result<(), ApiError> {
     let actor = Actor::Merchant(merchant.as_str().to_owned());
-    repo::insert(tx, merchant, id, &new, None).await?;
+    repo::insert(tx, merchant, id, new, None).await?;
     repo::apply_paid(
         tx,
         merchant.as_str(),
@@ -358,8 +377,12 @@ async fn open_intent(
         None,
     )
     .await
-    .map_err(|e| ApiError::internal(&format!("a new x402 intent cannot be confirmed: {e}")))?;
-    payments::queue_authorization(tx, payments::KIND, id.as_str(), a, &checked.proof).await?;
+    .map_err(|e| match e {
+        TransitionError::Database(e) => ApiError::from(e),
+        other => ApiError::internal(&format!("a new x402 intent cannot be confirmed: {other}")),
+    })?;
+    let (a, proof) = (&checked.authorization, &checked.proof);
+    payments::queue_authorization(tx, payments::KIND, id.as_str(), a, proof).await?;
     Ok(())
 }
 
@@ -401,14 +424,32 @@ async fn await_transfer(
         .fetch_optional(&mut *conn)
         .await?
     };
-    let notify = submission.map_or_else(Default::default, |id| chains.outcomes.waiter(id));
-    let mut watched: Vec<B256> = Vec::new();
-    let outcome = wait_for_transfer(pool, chains, key, held, until, &notify, &mut watched).await;
-    chains.inclusions.forget(watched);
-    if let Some(id) = submission {
-        chains.outcomes.forget(id, &notify);
+    let mut waiting = Waiting {
+        chains,
+        submission,
+        notify: submission.map_or_else(Default::default, |id| chains.outcomes.waiter(id)),
+        watched: Vec::new(),
+    };
+    wait_for_transfer(pool, chains, key, held, until, &mut waiting).await
+}
+
+/// What a waiting settle registered to be woken by; dropped however the wait ends (its answer,
+/// an error, or the deadline cutting it short), it unregisters.
+struct Waiting<'a> {
+    chains: &'a Chains,
+    submission: Option<uuid::Uuid>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    /// The transactions it waits for a block of.
+    watched: Vec<B256>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.chains.inclusions.forget(self.watched.drain(..));
+        if let Some(id) = self.submission {
+            self.chains.outcomes.forget(id, &self.notify);
+        }
     }
-    outcome
 }
 
 /// How often a waiting settle looks again without a notification.
@@ -420,8 +461,7 @@ async fn wait_for_transfer(
     key: &PaymentKey,
     held: &Held,
     until: Instant,
-    notify: &std::sync::Arc<tokio::sync::Notify>,
-    watched: &mut Vec<B256>,
+    waiting: &mut Waiting<'_>,
 ) -> Result<Transfer, ApiError> {
     use crate::intents::state::IntentState;
     let (endpoint, node) = chains
@@ -431,6 +471,7 @@ async fn wait_for_transfer(
     let mut looked_at = Instant::now();
     loop {
         // Registered before reading, so a notification between the read and the wait counts.
+        let notify = waiting.notify.clone();
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
@@ -483,11 +524,12 @@ async fn wait_for_transfer(
             let Ok(parsed) = hash.parse::<B256>() else {
                 continue;
             };
-            let new = !watched.contains(&parsed);
+            let new = !waiting.watched.contains(&parsed);
             if new {
-                watched.push(parsed);
+                chains.inclusions.watch(parsed, &waiting.notify);
+                waiting.watched.push(parsed);
             }
-            let seen = chains.inclusions.watch(parsed, notify).is_some();
+            let seen = chains.inclusions.seen(parsed).is_some();
             if !(new || seen || look_again) {
                 continue;
             }

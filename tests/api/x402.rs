@@ -613,3 +613,51 @@ async fn a_smart_contract_wallet_pays_through_x402_where_the_token_checks_wallet
         "nothing stored for a payment that cannot be made"
     );
 }
+
+/// What a payment cannot be is refused with a reason, never a 500, and nothing is stored: a
+/// `validBefore` in milliseconds, a payment of nothing, the nonce of one of our own intents.
+#[tokio::test]
+async fn payments_that_cannot_be_kept_are_refused_with_a_reason() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil).await;
+    let mut milliseconds = Payment::new(&anvil, TOKEN).await;
+    milliseconds.valid_before *= 1000;
+    let mut nothing = Payment::new(&anvil, TOKEN).await;
+    nothing.value = "0";
+    let mut requires_nothing = nothing.requirements();
+    requires_nothing["amount"] = "0".into();
+    for (what, body) in [
+        (
+            "milliseconds",
+            milliseconds.request(&anvil, milliseconds.requirements()),
+        ),
+        ("nothing", nothing.request(&anvil, requires_nothing)),
+    ] {
+        for path in ["/x402/verify", "/x402/settle"] {
+            let answer = app.post_as(DEMO_TOKEN, path, None, &body.to_string()).await;
+            assert_eq!(answer.status, 200, "{what} {path}: {}", answer.body);
+            let answer = answer.json();
+            let reason = answer.get("invalidReason").or(answer.get("errorReason"));
+            assert_eq!(
+                reason,
+                Some(&json!("invalid_exact_evm_payload")),
+                "{what} {path}: {answer}"
+            );
+        }
+    }
+    assert_eq!(app.intent_count().await, 0);
+
+    // The nonce of an intent of ours, still `created`: held, whoever signs it.
+    let id = app.create_intent_id(crate::helpers::SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let mut reused = Payment::new(&anvil, TOKEN).await;
+    reused.nonce = typed["message"]["nonce"].as_str().unwrap().to_owned();
+    let answer = settle(&app, None, &reused.request(&anvil, reused.requirements()))
+        .await
+        .json();
+    assert_eq!(
+        answer["errorReason"], "invalid_exact_evm_nonce_already_used",
+        "{answer}"
+    );
+    assert_eq!(app.intent_count().await, 1);
+}
