@@ -358,7 +358,8 @@ impl Relayer<'_> {
                 }
             }
         }
-        let sent_nonces: Vec<u64> = open
+        // Of the submissions still wanted: a finished one's transaction may be gone from the pool.
+        let sent_nonces: Vec<u64> = wanted
             .iter()
             .filter(|s| s.state == State::Sent)
             .filter_map(|s| s.tx_nonce.map(|n| n as u64))

@@ -526,3 +526,72 @@ async fn a_confirm_wakes_the_relayer_instead_of_waiting_for_its_poll() {
     )
     .await;
 }
+
+/// A broadcast lost between others leaves a gap in the relayer key's nonces, which no node mines
+/// past. When nothing new would take the gap's nonce (the lost one's intent moved on), the relayer
+/// fills it with a transaction of nothing to itself, and the transactions above it are mined.
+/// The loss is made real: the transaction is dropped from anvil's pool.
+#[tokio::test]
+async fn a_nonce_gap_below_sent_transactions_is_filled() {
+    use payments_api::workers::Worker;
+
+    let anvil = Anvil::start().await;
+    let (app, settlement) = app_on_a_stopped_chain(&anvil).await;
+    let mut relayer = relayer_worker(&app, &settlement, RELAYER_KEY);
+    let ids = [
+        create_and_confirm(&app, &anvil).await,
+        create_and_confirm(&app, &anvil).await,
+        create_and_confirm(&app, &anvil).await,
+    ];
+    relayer.run_once().await.unwrap();
+    let (lost, nonce): (Vec<String>, i64) =
+        sqlx::query_as("SELECT tx_hashes, tx_nonce FROM chain_submissions WHERE subject = $1")
+            .bind(&ids[0])
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(nonce, 0);
+    anvil.rpc("anvil_dropTransaction", json!([lost[0]])).await;
+    // Its intent moved on (canceled by its merchant's chain, say): nothing new takes nonce 0.
+    sqlx::query("UPDATE payment_intents SET state = 'failed', failure_reason = 'authorization_canceled', version = version + 1 WHERE id = $1")
+        .bind(&ids[0])
+        .execute(&app.db)
+        .await
+        .unwrap();
+    relayer.run_once().await.unwrap();
+    let relayer_address = anvil.cast(&["wallet", "address", "--private-key", RELAYER_KEY]);
+    let pending = anvil
+        .rpc(
+            "eth_getTransactionCount",
+            json!([relayer_address, "pending"]),
+        )
+        .await;
+    assert_ne!(pending, "0x0", "the relayer took nonce 0 again");
+
+    // Blocks again, the relayer driven round by round: what it sent above the gap is mined (or,
+    // if the node dropped it with the gap, sent again at its own nonce), once.
+    anvil.rpc("evm_setAutomine", json!([true])).await;
+    let settled = |id: &String| {
+        let db = app.db.clone();
+        let id = id.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT state FROM payment_intents WHERE id = $1")
+                .bind(id)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+                == "succeeded"
+        }
+    };
+    for _ in 0..20 {
+        if settled(&ids[1]).await && settled(&ids[2]).await {
+            break;
+        }
+        anvil.mine(1).await;
+        relayer.run_once().await.unwrap();
+    }
+    for id in &ids[1..] {
+        app.wait_for_state(id, "succeeded").await;
+        assert_eq!(times_settled(&app, id).await, (1, 1), "{id} settled once");
+    }
+}

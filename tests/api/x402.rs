@@ -661,3 +661,33 @@ async fn payments_that_cannot_be_kept_are_refused_with_a_reason() {
     );
     assert_eq!(app.intent_count().await, 1);
 }
+
+/// Without a key, a settle past its deadline says pending, and the next settle of the payment,
+/// once the transfer is in a block, claims its one success: a "not yet" never used it up.
+#[tokio::test]
+async fn an_unkeyed_settle_after_a_pending_one_gets_the_one_success() {
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(1);
+    let waiting = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| {
+            s.settlement = settlement;
+            s.request_timeout = std::time::Duration::from_secs(3);
+        }
+    })
+    .await;
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = payment.request(&anvil, payment.requirements());
+    let pending = settle(&waiting, None, &body).await.json();
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    let relaying = TestApp::spawn_on(&waiting.database_url, move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let answer = settle(&relaying, None, &body).await.json();
+    assert_eq!(answer["success"], true, "{answer}");
+    let again = settle(&relaying, None, &body).await.json();
+    assert_eq!(again["success"], false, "{again}");
+    assert_eq!(again["transaction"], answer["transaction"]);
+}
