@@ -155,3 +155,15 @@ done
 grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
   || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
 echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, a USDC refund, balances as booked — settlement holds, and its event reached the receiver"
+
+# Paid APIs with x402 (the README's section): x402's own express server and fetch client, the API
+# as their facilitator; one request paid in USDC, its transfer on chain.
+if [[ ! -d tests/x402/node_modules/@x402/express ]]; then
+  npm ci --prefix tests/x402 --no-audit --no-fund
+fi
+before=$(balance "$usdc")
+paid=$(node tests/x402/compose.mjs) || fail "the x402 paid request failed"
+echo "$paid"
+after=$(balance "$usdc")
+[[ $((after - before)) == 10000 ]] || fail "the x402 payment moved $((after - before)) USDC units, not 10000"
+echo "compose-check: a request paid through x402 (@x402/fetch, @x402/express, our facilitator), 10000 USDC units on chain"
