@@ -691,3 +691,87 @@ async fn an_unkeyed_settle_after_a_pending_one_gets_the_one_success() {
     assert_eq!(again["success"], false, "{again}");
     assert_eq!(again["transaction"], answer["transaction"]);
 }
+
+/// A process killed while its settle waits for the chain: the payment it stored stays, queued;
+/// once the lease runs out, the retry with the same key takes the key over at the recovery point,
+/// another replica relays the payment, and the retry answers the one success. One transfer.
+#[tokio::test]
+async fn a_settle_whose_process_is_killed_while_waiting_is_learnt_by_its_retry() {
+    use crate::helpers::{ServerProcess, chain::settlement_env};
+
+    let anvil = Anvil::start().await;
+    // The test's view of the database; it relays nothing.
+    let settlement = anvil.settlement(1);
+    let view = TestApp::spawn_with({
+        let settlement = settlement.clone();
+        move |s| s.settlement = settlement
+    })
+    .await;
+    let mut env: Vec<(String, String)> = settlement_env(&anvil.url, 1, false);
+    env.push(("IDEMPOTENCY_LEASE_SECONDS".into(), "6".into()));
+    env.push(("REQUEST_TIMEOUT_SECONDS".into(), "5".into()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut server = ServerProcess::start(&view.database_url, &env).await;
+
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = payment.request(&anvil, payment.requirements());
+    let before = anvil.balance_of(TOKEN, PAYEE);
+    let doomed = tokio::spawn({
+        let (client, url, body) = (
+            reqwest::Client::new(),
+            format!("{}/x402/settle", server.address),
+            body.to_string(),
+        );
+        async move {
+            client
+                .post(url)
+                .bearer_auth(DEMO_TOKEN)
+                .header("idempotency-key", "settle-killed")
+                .body(body)
+                .send()
+                .await
+        }
+    });
+    view.wait_until(
+        "the settle stored its payment and committed its phase",
+        "SELECT recovery_point = 'payment_stored' FROM idempotency_keys WHERE key = 'settle-killed'",
+    )
+    .await;
+    server.child.kill().expect("SIGKILL the server");
+    server.child.wait().unwrap();
+    assert!(
+        doomed.await.unwrap().is_err(),
+        "the client saw the connection die"
+    );
+    assert_eq!(view.intent_count().await, 1, "the stored payment stays");
+
+    view.wait_until(
+        "the lease has expired",
+        "SELECT lease_expires_at <= now() FROM idempotency_keys WHERE key = 'settle-killed'",
+    )
+    .await;
+    let relaying = TestApp::spawn_on(&view.database_url, move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await;
+    let answer = settle(&relaying, Some("settle-killed"), &body).await.json();
+    assert_eq!(answer["success"], true, "{answer}");
+    assert_eq!(
+        transfers_in(&anvil, answer["transaction"].as_str().unwrap())
+            .await
+            .len(),
+        1
+    );
+    let record = relaying
+        .key_record(DEMO_MERCHANT, "settle-killed")
+        .await
+        .unwrap();
+    assert_eq!((record.state.as_str(), record.attempt), ("completed", 2));
+    assert_eq!(relaying.intent_count().await, 1);
+    assert_eq!(
+        anvil.balance_of(TOKEN, PAYEE),
+        before + 1_000_000,
+        "paid once"
+    );
+}
