@@ -365,10 +365,16 @@ impl Relayer<'_> {
             .filter_map(|s| s.tx_nonce.map(|n| n as u64))
             .collect();
         if ready.is_empty() {
-            // Nothing new to take the nonce a failed broadcast (or a crash between two) left
-            // open below sent transactions: fill it, or they never mine.
             if !sent_nonces.is_empty() && still_held().await? {
-                self.fill_gap(&sent_nonces).await?;
+                let pending = self
+                    .node
+                    .get_transaction_count(self.key.address())
+                    .pending()
+                    .await?;
+                if leaves_gap(pending, &sent_nonces, &[]) {
+                    let fees = self.node.estimate_eip1559_fees().await?;
+                    self.fill_gap(pending, &fees).await?;
+                }
             }
             return Ok(ticked);
         }
@@ -384,12 +390,18 @@ impl Relayer<'_> {
                 return Err(e);
             }
         };
+        let pending = nonces.next;
         let mut signed = Vec::with_capacity(ready.len());
         for (submission, call) in ready {
             match self.sign(submission, call, &mut nonces).await {
                 Ok(transaction) => signed.push((submission, transaction)),
                 Err(e) => record_error(conn, submission, &e.to_string()).await?,
             }
+        }
+        // Only replacements this round (or none signed): nothing new takes the pending nonce.
+        let taken: Vec<u64> = signed.iter().map(|(_, t)| t.nonce).collect();
+        if leaves_gap(pending, &sent_nonces, &taken) {
+            self.fill_gap(pending, &nonces.fees).await?;
         }
         // Broadcast together (the node may receive them out of order; it queues a nonce until
         // the one below it arrives). One that fails leaves a gap, which the node reports as the
@@ -512,35 +524,33 @@ impl Relayer<'_> {
         }
     }
 
-    /// Sends a transaction of nothing to itself at the account's pending nonce if that nonce is
-    /// below sent transactions of this key and none of them holds it: a gap the node will not
-    /// mine past.
-    async fn fill_gap(&self, sent_nonces: &[u64]) -> Result<(), RelayError> {
+    /// Fills the gap at `nonce` with a transaction of nothing to itself ([`leaves_gap`]).
+    async fn fill_gap(&self, nonce: u64, fees: &Eip1559Estimation) -> Result<(), RelayError> {
         let from = self.key.address();
-        let pending = self.node.get_transaction_count(from).pending().await?;
-        if !sent_nonces.iter().any(|&n| n > pending) || sent_nonces.contains(&pending) {
-            return Ok(());
-        }
-        let fees = self.node.estimate_eip1559_fees().await?;
         let filler = TransactionRequest::default()
             .with_from(from)
             .with_to(from)
-            .with_nonce(pending)
-            .with_chain_id(self.chain.id)
+            .with_nonce(nonce)
             .with_gas_limit(21_000)
             .with_max_fee_per_gas(fees.max_fee_per_gas)
             .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
-        let wallet = EthereumWallet::from(self.key.0.clone());
-        let envelope: TxEnvelope = filler
-            .build(&wallet)
-            .await
-            .map_err(|e| RelayError::Signing(e.to_string()))?;
+        let envelope = self.signed(filler).await?;
         let _pending = self
             .node
             .send_raw_transaction(&envelope.encoded_2718())
             .await?;
-        tracing::warn!(chain = %self.chain.name, relayer = %from, nonce = pending, tx = %envelope.tx_hash(), "filled a nonce gap below sent transactions");
+        tracing::warn!(chain = %self.chain.name, relayer = %from, nonce, tx = %envelope.tx_hash(), "filled a nonce gap below sent transactions");
         Ok(())
+    }
+
+    /// `request`, for this chain, signed by this relayer's key.
+    async fn signed(&self, request: TransactionRequest) -> Result<TxEnvelope, RelayError> {
+        let wallet = EthereumWallet::from(self.key.0.clone());
+        request
+            .with_chain_id(self.chain.id)
+            .build(&wallet)
+            .await
+            .map_err(|e| RelayError::Signing(e.to_string()))
     }
 
     /// This key's account nonces as the node sees them, and the fees to send with, asked once a
@@ -588,15 +598,10 @@ impl Relayer<'_> {
         let request = call
             .request
             .with_nonce(nonce)
-            .with_chain_id(self.chain.id)
             .with_gas_limit(call.gas + call.gas / 5)
             .with_max_fee_per_gas(max_fee)
             .with_max_priority_fee_per_gas(priority);
-        let wallet = EthereumWallet::from(self.key.0.clone());
-        let envelope: TxEnvelope = request
-            .build(&wallet)
-            .await
-            .map_err(|e| RelayError::Signing(e.to_string()))?;
+        let envelope = self.signed(request).await?;
         // A new transaction never takes a nonce this round used, a replacement's included.
         nonces.next = nonces.next.max(nonce + 1);
         Ok(Signed {
@@ -654,6 +659,16 @@ struct Signed {
     max_fee: u128,
     priority: u128,
     replacing: bool,
+}
+
+/// Whether the account's `pending` nonce (the lowest the node has no transaction for) is a gap no
+/// node mines past: a sent transaction of ours waits above it, none holds it, and no transaction
+/// of this round (`taken`) takes it. A failed broadcast among others leaves one, and so does a
+/// crash between two broadcasts.
+fn leaves_gap(pending: u64, sent_nonces: &[u64], taken: &[u64]) -> bool {
+    sent_nonces.iter().any(|&n| n > pending)
+        && !sent_nonces.contains(&pending)
+        && !taken.contains(&pending)
 }
 
 /// How many node calls a tick has in flight at once while it looks at its submissions.
@@ -765,4 +780,24 @@ async fn record_error(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leaves_gap;
+
+    #[test]
+    fn a_gap_is_the_pending_nonce_below_a_sent_transaction_that_nothing_takes() {
+        // Sent at 1 and 2, nothing at 0: a gap, unless this round takes 0.
+        assert!(leaves_gap(0, &[1, 2], &[]));
+        assert!(
+            leaves_gap(0, &[1, 2], &[1, 2]),
+            "replacements do not take it"
+        );
+        assert!(!leaves_gap(0, &[1, 2], &[0]));
+        // Nothing waits above the pending nonce, or a sent one holds it.
+        assert!(!leaves_gap(3, &[1, 2], &[]));
+        assert!(!leaves_gap(1, &[1, 2], &[]));
+        assert!(!leaves_gap(0, &[], &[]));
+    }
 }

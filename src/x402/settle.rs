@@ -43,6 +43,9 @@ pub const STORED: &str = "payment_stored";
 /// How long before the request's deadline a settle stops waiting, to answer (and store its answer)
 /// in time.
 const ANSWER_MARGIN: Duration = Duration::from_millis(1500);
+/// How often a waiting settle looks again without a notification (one may be missed while the
+/// listening connection reconnects).
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
 /// `/settle`'s answer, the reference's shape: always 200, `success` says how it went.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -93,6 +96,15 @@ impl Answer {
             transaction: transaction.unwrap_or_default(),
             network: self.network.clone(),
         }
+    }
+
+    /// The failure a refused check says, as verify said it.
+    fn failure_of(&self, refused: exact_evm::VerifyResponse) -> SettleResponse {
+        let reason = refused
+            .invalid_reason
+            .unwrap_or("invalid_exact_evm_payload");
+        let message = refused.invalid_message.unwrap_or_default();
+        self.failure(reason, message, None)
     }
 }
 
@@ -209,16 +221,6 @@ pub async fn settle(
             why,
             hash,
         )))),
-    }
-}
-
-impl Answer {
-    fn failure_of(&self, refused: exact_evm::VerifyResponse) -> SettleResponse {
-        let reason = refused
-            .invalid_reason
-            .unwrap_or("invalid_exact_evm_payload");
-        let message = refused.invalid_message.unwrap_or_default();
-        self.failure(reason, message, None)
     }
 }
 
@@ -410,7 +412,8 @@ async fn await_transfer(
     held: &Held,
     until: Instant,
 ) -> Result<Transfer, ApiError> {
-    let (endpoint, _) = chains
+    use crate::intents::state::IntentState;
+    let (endpoint, node) = chains
         .get(&key.chain)
         .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
     let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
@@ -430,44 +433,6 @@ async fn await_transfer(
         notify: submission.map_or_else(Default::default, |id| chains.outcomes.waiter(id)),
         watched: Vec::new(),
     };
-    wait_for_transfer(pool, chains, key, held, until, &mut waiting).await
-}
-
-/// What a waiting settle registered to be woken by; dropped however the wait ends (its answer,
-/// an error, or the deadline cutting it short), it unregisters.
-struct Waiting<'a> {
-    chains: &'a Chains,
-    submission: Option<uuid::Uuid>,
-    notify: std::sync::Arc<tokio::sync::Notify>,
-    /// The transactions it waits for a block of.
-    watched: Vec<B256>,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.chains.inclusions.forget(self.watched.drain(..));
-        if let Some(id) = self.submission {
-            self.chains.outcomes.forget(id, &self.notify);
-        }
-    }
-}
-
-/// How often a waiting settle looks again without a notification.
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
-
-async fn wait_for_transfer(
-    pool: &Pool,
-    chains: &Chains,
-    key: &PaymentKey,
-    held: &Held,
-    until: Instant,
-    waiting: &mut Waiting<'_>,
-) -> Result<Transfer, ApiError> {
-    use crate::intents::state::IntentState;
-    let (endpoint, node) = chains
-        .get(&key.chain)
-        .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
-    let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
     let mut looked_at = Instant::now();
     loop {
         // Registered before reading, so a notification between the read and the wait counts.
@@ -482,16 +447,16 @@ async fn wait_for_transfer(
                           i.settlement->>'transaction_hash' AS settled_by,
                           coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
                      FROM payment_intents i
-                     LEFT JOIN chain_submissions s ON s.chain_id = $3 AND s.dedupe_key = $4
+                     LEFT JOIN chain_submissions s ON s.id = $3
                     WHERE i.merchant_id = $1 AND i.id = $2"#,
                 held.merchant_id,
                 held.intent_id,
-                endpoint.id as i64,
-                dedupe_key,
+                submission,
             )
             .fetch_one(&mut *conn)
             .await?
         };
+
         match now.state {
             IntentState::Succeeded => {
                 if let Some(hash) = now.settled_by {
@@ -558,6 +523,25 @@ async fn wait_for_transfer(
             return Ok(Transfer::Pending { hash, why });
         }
         let _ = tokio::time::timeout(left.min(LOOK_AGAIN), notified).await;
+    }
+}
+
+/// What a waiting settle registered to be woken by; dropped however the wait ends (its answer,
+/// an error, or the deadline cutting it short), it unregisters.
+struct Waiting<'a> {
+    chains: &'a Chains,
+    submission: Option<uuid::Uuid>,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    /// The transactions it waits for a block of.
+    watched: Vec<B256>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.chains.inclusions.forget(self.watched.drain(..));
+        if let Some(id) = self.submission {
+            self.chains.outcomes.forget(id, &self.notify);
+        }
     }
 }
 

@@ -18,6 +18,29 @@ async fn app_on(anvil: &Anvil) -> TestApp {
     .await
 }
 
+/// An app that settles on `anvil` with no relayer: what it stores and queues, nothing sends.
+/// `timeout_seconds` sets its request timeout, so a settle answers pending soon.
+async fn app_without_relayer(anvil: &Anvil, timeout_seconds: Option<u64>) -> TestApp {
+    let settlement = anvil.settlement(1);
+    TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        if let Some(seconds) = timeout_seconds {
+            s.request_timeout = std::time::Duration::from_secs(seconds);
+        }
+    })
+    .await
+}
+
+/// Another replica on `app`'s database, with the relayer.
+async fn relaying_replica(anvil: &Anvil, app: &TestApp) -> TestApp {
+    let settlement = anvil.settlement(1);
+    TestApp::spawn_on(&app.database_url, move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await
+}
+
 async fn chain_time(anvil: &Anvil) -> u64 {
     let block = anvil
         .rpc("eth_getBlockByNumber", json!(["latest", false]))
@@ -427,15 +450,7 @@ async fn a_settle_past_its_deadline_says_pending_and_its_retry_with_the_same_key
  {
     let anvil = Anvil::start().await;
     // No relayer: the payment is stored and queued, and nothing sends it.
-    let settlement = anvil.settlement(1);
-    let waiting = TestApp::spawn_with({
-        let settlement = settlement.clone();
-        move |s| {
-            s.settlement = settlement;
-            s.request_timeout = std::time::Duration::from_secs(3);
-        }
-    })
-    .await;
+    let waiting = app_without_relayer(&anvil, Some(3)).await;
     let payment = Payment::new(&anvil, TOKEN).await;
     let body = payment.request(&anvil, payment.requirements());
     let pending = settle(&waiting, Some("settle-1"), &body).await.json();
@@ -449,11 +464,7 @@ async fn a_settle_past_its_deadline_says_pending_and_its_retry_with_the_same_key
     );
 
     // A replica with the relayer: the retry with the same key resumes at the stored payment.
-    let relaying = TestApp::spawn_on(&waiting.database_url, move |s| {
-        s.settlement = settlement;
-        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-    })
-    .await;
+    let relaying = relaying_replica(&anvil, &waiting).await;
     let learnt = settle(&relaying, Some("settle-1"), &body).await;
     let answer = learnt.json();
     assert_eq!(answer["success"], true, "{answer}");
@@ -667,24 +678,12 @@ async fn payments_that_cannot_be_kept_are_refused_with_a_reason() {
 #[tokio::test]
 async fn an_unkeyed_settle_after_a_pending_one_gets_the_one_success() {
     let anvil = Anvil::start().await;
-    let settlement = anvil.settlement(1);
-    let waiting = TestApp::spawn_with({
-        let settlement = settlement.clone();
-        move |s| {
-            s.settlement = settlement;
-            s.request_timeout = std::time::Duration::from_secs(3);
-        }
-    })
-    .await;
+    let waiting = app_without_relayer(&anvil, Some(3)).await;
     let payment = Payment::new(&anvil, TOKEN).await;
     let body = payment.request(&anvil, payment.requirements());
     let pending = settle(&waiting, None, &body).await.json();
     assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
-    let relaying = TestApp::spawn_on(&waiting.database_url, move |s| {
-        s.settlement = settlement;
-        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-    })
-    .await;
+    let relaying = relaying_replica(&anvil, &waiting).await;
     let answer = settle(&relaying, None, &body).await.json();
     assert_eq!(answer["success"], true, "{answer}");
     let again = settle(&relaying, None, &body).await.json();
@@ -701,12 +700,7 @@ async fn a_settle_whose_process_is_killed_while_waiting_is_learnt_by_its_retry()
 
     let anvil = Anvil::start().await;
     // The test's view of the database; it relays nothing.
-    let settlement = anvil.settlement(1);
-    let view = TestApp::spawn_with({
-        let settlement = settlement.clone();
-        move |s| s.settlement = settlement
-    })
-    .await;
+    let view = app_without_relayer(&anvil, None).await;
     let mut env: Vec<(String, String)> = settlement_env(&anvil.url, 1, false);
     env.push(("IDEMPOTENCY_LEASE_SECONDS".into(), "6".into()));
     env.push(("REQUEST_TIMEOUT_SECONDS".into(), "5".into()));
@@ -750,11 +744,7 @@ async fn a_settle_whose_process_is_killed_while_waiting_is_learnt_by_its_retry()
         "SELECT lease_expires_at <= now() FROM idempotency_keys WHERE key = 'settle-killed'",
     )
     .await;
-    let relaying = TestApp::spawn_on(&view.database_url, move |s| {
-        s.settlement = settlement;
-        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-    })
-    .await;
+    let relaying = relaying_replica(&anvil, &view).await;
     let answer = settle(&relaying, Some("settle-killed"), &body).await.json();
     assert_eq!(answer["success"], true, "{answer}");
     assert_eq!(

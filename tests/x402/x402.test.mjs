@@ -145,6 +145,32 @@ test("a settle whose answer is lost: one transfer, found afterwards, and no acce
   assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance + BigInt(PRICE));
 });
 
+// What docs/x402.md says of `settlement_pending`, checked against x402's own resource server:
+// it takes the answer as final (402 to the client), while the payment we stored is still made.
+test("x402's resource server takes settlement_pending as final: 402, and the stored payment is made once the chain mines", async () => {
+  const impatient = await startApi("x402pending", chain, { REQUEST_TIMEOUT_SECONDS: "3" });
+  const server = await startResource(`${impatient.base}/x402`);
+  const before = chain.balanceOf(DEVNET_USD, MERCHANT);
+  const { pay, sent } = payingClient();
+  await chain.rpc("evm_setAutomine", [false]);
+  let answer;
+  try {
+    answer = await pay(`${server.url}/weather`);
+  } finally {
+    await chain.rpc("evm_setAutomine", [true]);
+    server.close();
+  }
+  assert.equal(answer.status, 402, "no resource for a pending settle");
+  await chain.rpc("evm_mine");
+  const { authorization } = decodePaymentSignatureHeader(sent[0]).payload;
+  await until("the stored payment to be made", async () => {
+    const { status, body } = await impatient.merchant("GET", `/x402/payments/${NETWORK}/${authorization.from}/${authorization.nonce}`);
+    return status === 200 && body.payment_intent.state === "succeeded";
+  });
+  assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), before + BigInt(PRICE), "the payer paid");
+  impatient.stop();
+});
+
 // ---- differential: the reference facilitator and ours, on the same bad payments --------------
 
 /// A payment signed now, by the chain's clock.
