@@ -12,7 +12,7 @@ server=${DATABASE_SERVER:-postgres://postgres@127.0.0.1:5432}
 port=${SCHEMATHESIS_PORT:-18998}
 command -v st >/dev/null 2>&1 || pip install -q schemathesis
 psql "$server/postgres" -qc "DROP DATABASE IF EXISTS payments_schemathesis WITH (FORCE)"
-DATABASE_URL="$server/payments_schemathesis" BIND_ADDR="127.0.0.1:$port" RUST_LOG=warn \
+DATABASE_URL="$server/payments_schemathesis" BIND_ADDR="127.0.0.1:$port" RUST_LOG=warn MERCHANT_RATE_LIMIT=0 \
   BOOTSTRAP_API_KEYS=merchant-demo=merchant_demo "$bin" serve --migrate &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

@@ -59,8 +59,20 @@ fn token_hash(token: &str) -> [u8; 32] {
 #[derive(Clone)]
 pub struct Authenticator {
     pool: Pool,
-    known: moka::sync::Cache<[u8; 32], MerchantId>,
+    known: moka::sync::Cache<[u8; 32], KeyOwner>,
 }
+
+/// Who a known token belongs to, and the key's name for metrics.
+#[derive(Debug, Clone)]
+struct KeyOwner {
+    merchant: MerchantId,
+    /// `None` for a key made before keys had prefixes.
+    prefix: Option<String>,
+}
+
+/// `api_key_requests_total{prefix}`: requests authenticated by each key, named by its prefix
+/// (`none` for keys made before prefixes): which keys are still in use before one is revoked.
+pub const API_KEY_REQUESTS: &str = "api_key_requests_total";
 
 impl Authenticator {
     const KNOWN_FOR: Duration = Duration::from_secs(1);
@@ -73,16 +85,16 @@ impl Authenticator {
         Self { pool, known }
     }
 
-    async fn merchant(&self, token: &str) -> Result<Option<MerchantId>, sqlx::Error> {
+    async fn owner(&self, token: &str) -> Result<Option<KeyOwner>, sqlx::Error> {
         let hash = token_hash(token);
-        if let Some(merchant) = self.known.get(&hash) {
-            return Ok(Some(merchant));
+        if let Some(owner) = self.known.get(&hash) {
+            return Ok(Some(owner));
         }
         // One indexed lookup, which also notes the key's use at most once a minute.
-        let merchant = sqlx::query_scalar!(
+        let owner = sqlx::query!(
             r#"
             WITH live AS (
-                SELECT merchant_id, last_used_at FROM api_keys
+                SELECT merchant_id, prefix, last_used_at FROM api_keys
                  WHERE token_sha256 = $1 AND revoked_at IS NULL
                    AND (expires_at IS NULL OR expires_at > now())
             ), used AS (
@@ -92,17 +104,20 @@ impl Authenticator {
                                 WHERE live.last_used_at IS NULL
                                    OR live.last_used_at < now() - interval '1 minute')
             )
-            SELECT merchant_id FROM live
+            SELECT merchant_id, prefix FROM live
             "#,
             &hash[..]
         )
         .fetch_optional(&mut *self.pool.acquire().await?)
         .await?
-        .map(MerchantId);
-        if let Some(merchant) = &merchant {
-            self.known.insert(hash, merchant.clone());
+        .map(|row| KeyOwner {
+            merchant: MerchantId(row.merchant_id),
+            prefix: row.prefix,
+        });
+        if let Some(owner) = &owner {
+            self.known.insert(hash, owner.clone());
         }
-        Ok(merchant)
+        Ok(owner)
     }
 }
 
@@ -126,8 +141,10 @@ pub async fn require_merchant(
     let Some(token) = token else {
         return ApiError::Unauthorized.into_response();
     };
-    match auth.merchant(token).await {
-        Ok(Some(merchant)) => {
+    match auth.owner(token).await {
+        Ok(Some(KeyOwner { merchant, prefix })) => {
+            let prefix = prefix.unwrap_or_else(|| "none".to_owned());
+            metrics::counter!(API_KEY_REQUESTS, "prefix" => prefix).increment(1);
             request
                 .extensions_mut()
                 .insert(Scope::new(merchant.as_str()));

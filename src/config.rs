@@ -34,6 +34,10 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     ApiKeys(ApiKeysCommand),
+    /// A merchant's own request rate and concurrency limits (`docs/design.md`, "Per-merchant
+    /// limits"); every replica applies a change within a few seconds.
+    #[command(subcommand)]
+    Limits(LimitsCommand),
     /// Print the OpenAPI 3.1 document (the committed `openapi.json`).
     Openapi,
     /// Compare the ledger with the chain's transfers to merchant addresses; exit 1 on any difference.
@@ -95,6 +99,30 @@ pub enum ApiKeysCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum LimitsCommand {
+    /// Set a merchant's limits; a limit not given is the default again, 0 is unlimited.
+    Set {
+        #[arg(long)]
+        merchant: String,
+        /// Requests per second, across every replica.
+        #[arg(long)]
+        rate: Option<u32>,
+        /// Requests in flight at once, across every replica.
+        #[arg(long)]
+        concurrency: Option<u32>,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+    /// Print a merchant's own limits (`default` where it has none).
+    Show {
+        #[arg(long)]
+        merchant: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection string; several hosts (`h1:5432,h2:5432`) with
@@ -102,7 +130,7 @@ pub struct DatabaseArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
-    /// Largest number of pooled database connections.
+    /// Largest number of pooled database connections for requests.
     #[arg(long, env = "DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
 }
@@ -213,6 +241,24 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAYER_BATCH", default_value_t = 500)]
     pub relayer_batch: u32,
 
+    /// Connections of the background work's own pool (webhook delivery, sweepers, relayer,
+    /// listener, `/readyz`), apart from the requests' `DB_MAX_CONNECTIONS`.
+    #[arg(long, env = "DB_BACKGROUND_CONNECTIONS", default_value_t = 8)]
+    pub db_background_connections: u32,
+
+    /// A request that would wait longer than this for a database connection gets 503 with
+    /// `Retry-After` at once.
+    #[arg(long, env = "DB_WAIT_TIMEOUT_MS", default_value_t = 500)]
+    pub db_wait_timeout_ms: u64,
+
+    /// Requests per second per merchant, across every replica; 0 is unlimited.
+    #[arg(long, env = "MERCHANT_RATE_LIMIT", default_value_t = 100)]
+    pub merchant_rate_limit: u32,
+
+    /// Requests in flight at once per merchant, across every replica; 0 is unlimited.
+    #[arg(long, env = "MERCHANT_CONCURRENCY_LIMIT", default_value_t = 100)]
+    pub merchant_concurrency_limit: u32,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
@@ -227,6 +273,10 @@ pub struct ServeArgs {
 pub struct Settings {
     pub database_url: String,
     pub db_max_connections: u32,
+    pub db_background_connections: u32,
+    /// How long a request may wait for a pooled connection before it is answered 503.
+    pub db_wait_timeout: Duration,
+    pub merchant_limits: MerchantLimits,
     pub bind_addr: SocketAddr,
     pub idempotency: IdempotencySettings,
     pub request_timeout: Duration,
@@ -237,6 +287,28 @@ pub struct Settings {
     pub public_base_url: String,
     pub webhooks: WebhookSettings,
     pub settlement: SettlementSettings,
+}
+
+/// The default limits of every merchant (`docs/design.md`, "Per-merchant limits"); 0 is unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MerchantLimits {
+    pub rate_per_second: u32,
+    pub concurrency: u32,
+    /// How often a replica says it is alive and reads the merchants' own limits.
+    pub refresh_every: Duration,
+}
+
+impl MerchantLimits {
+    pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+    /// No limit at all.
+    pub fn unlimited() -> Self {
+        Self {
+            rate_per_second: 0,
+            concurrency: 0,
+            refresh_every: Self::REFRESH_EVERY,
+        }
+    }
 }
 
 /// Settlement on chain (`docs/settlement.md`): off when `chains` is empty.
@@ -390,6 +462,13 @@ impl ServeArgs {
         Ok(Settings {
             database_url: self.database.url()?.to_owned(),
             db_max_connections: self.database.db_max_connections.max(2),
+            db_background_connections: self.db_background_connections.max(2),
+            db_wait_timeout: Duration::from_millis(self.db_wait_timeout_ms.max(1)),
+            merchant_limits: MerchantLimits {
+                rate_per_second: self.merchant_rate_limit,
+                concurrency: self.merchant_concurrency_limit,
+                refresh_every: MerchantLimits::REFRESH_EVERY,
+            },
             bind_addr: resolve_bind_addr(&self.bind_addr)?,
             idempotency: IdempotencySettings {
                 lease,

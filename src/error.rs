@@ -42,9 +42,13 @@ pub enum ApiError {
     /// A refund would take back more than its intent was paid, counting the refunds before it.
     #[error("{0}")]
     RefundExceedsPayment(String),
-    /// Too many requests of one kind for one object (a checkout page's confirms); nothing changed.
-    #[error("too many attempts; retry after {retry_after_seconds} s")]
-    RateLimited { retry_after_seconds: u64 },
+    /// Too many requests: a merchant's past its limits, or a checkout page's confirms of one
+    /// intent; nothing was done.
+    #[error("{reason}; retry after {retry_after_seconds} s")]
+    RateLimited {
+        retry_after_seconds: u64,
+        reason: &'static str,
+    },
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error(
@@ -253,6 +257,7 @@ impl IntoResponse for ApiError {
             }
             | Self::RateLimited {
                 retry_after_seconds,
+                ..
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             }

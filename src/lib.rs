@@ -16,6 +16,7 @@
 //!   by the intent's client secret
 //! - [`x402`]: payments-api as an x402 facilitator (`/x402/supported`, `/x402/verify`)
 //! - [`merchants`]: the merchant's own settings (the name payers see)
+//! - [`tenants`]: each merchant's fair share: request rate and concurrency limits per merchant
 //! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
@@ -47,6 +48,7 @@ pub mod settlement;
 pub mod startup;
 pub mod sweeper;
 pub mod telemetry;
+pub mod tenants;
 pub mod webhooks;
 pub mod workers;
 pub mod x402;

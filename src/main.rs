@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use payments_api::{
     auth,
-    config::{ApiKeysCommand, Cli, Command, LogFormat},
+    config::{ApiKeysCommand, Cli, Command, LimitsCommand, LogFormat},
     db,
     startup::Application,
     telemetry,
@@ -98,7 +98,49 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::ApiKeys(command)) => api_keys(command).await,
+        Some(Command::Limits(command)) => limits(command).await,
     }
+}
+
+/// `payments-api limits …`: a merchant's own limits (`docs/design.md`, "Per-merchant limits").
+async fn limits(command: LimitsCommand) -> anyhow::Result<()> {
+    use payments_api::tenants::{OwnLimits, registry};
+    let print = |merchant: &auth::MerchantId, own: OwnLimits| {
+        let shown = |limit: Option<u32>| match limit {
+            None => "default".to_owned(),
+            Some(0) => "unlimited".to_owned(),
+            Some(limit) => limit.to_string(),
+        };
+        println!(
+            "{}\trate {}/s\tconcurrency {}",
+            merchant.as_str(),
+            shown(own.rate_per_second),
+            shown(own.concurrency)
+        );
+    };
+    match command {
+        LimitsCommand::Set {
+            merchant,
+            rate,
+            concurrency,
+            database,
+        } => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let pool = db::pool(database.url()?, 1)?;
+            let own = OwnLimits {
+                rate_per_second: rate,
+                concurrency,
+            };
+            registry::set(&pool, &merchant, own).await?;
+            print(&merchant, own);
+        }
+        LimitsCommand::Show { merchant, database } => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let pool = db::pool(database.url()?, 1)?;
+            print(&merchant, registry::show(&pool, &merchant).await?);
+        }
+    }
+    Ok(())
 }
 
 /// `payments-api api-keys …`: keys a merchant controls (`docs/api.md`, "Authentication").

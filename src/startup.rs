@@ -17,6 +17,7 @@ use crate::{
     db, http, refunds,
     settlement::{self, outbox},
     sweeper::SweepWorker,
+    tenants::{self, RegistryWorker},
     webhooks::delivery::DeliveryWorker,
     workers::{Failed, Next, Schedule, Worker, Workers},
 };
@@ -24,7 +25,12 @@ use crate::{
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
+    /// The requests' pool.
     pool: db::Pool,
+    /// The background work's own pool: merchant traffic never makes a worker wait.
+    background: db::Pool,
+    limiter: tenants::Limiter,
+    limits_refresh: Duration,
     sweep_interval: Duration,
     request_timeout: Duration,
     webhooks: WebhookSettings,
@@ -45,8 +51,13 @@ impl Application {
         let settlement = settlement::Chains::new(&settings.settlement);
         let relayer_keys = settlement.relayer_keys()?;
         let bootstrap = auth::Bootstrap::new(&settings.bootstrap_api_keys)?;
-        let pool = db::pool(&settings.database_url, settings.db_max_connections)?;
-        match bootstrap.store(&pool).await {
+        let pool = db::request_pool(
+            &settings.database_url,
+            settings.db_max_connections,
+            settings.db_wait_timeout,
+        )?;
+        let background = db::pool(&settings.database_url, settings.db_background_connections)?;
+        match bootstrap.store(&background).await {
             Ok(()) => {}
             // Said by the retrying task; `/readyz` says it too.
             Err(e) if db::Failure::of(&e).is_transient() => {}
@@ -59,19 +70,26 @@ impl Application {
         crate::telemetry::metrics::handle();
         let workers = Workers::new();
         let changes = checkout::changes::Changes::default();
-        // One `Chains` for the routes and the workers: who waits in a request is woken by them.
+        let limiter = tenants::Limiter::new(settings.merchant_limits);
         let router = http::router(
-            pool.clone(),
             settings,
-            settlement.clone(),
-            bootstrap.clone(),
-            workers.heartbeats(),
-            changes.clone(),
+            http::Shared {
+                pool: pool.clone(),
+                background: background.clone(),
+                chains: settlement.clone(),
+                bootstrap: bootstrap.clone(),
+                heartbeats: workers.heartbeats(),
+                changes: changes.clone(),
+                limiter: limiter.clone(),
+            },
         );
         Ok(Self {
             listener,
             router,
             pool,
+            background,
+            limiter,
+            limits_refresh: settings.merchant_limits.refresh_every,
             sweep_interval: settings.sweep_interval,
             request_timeout: settings.request_timeout,
             webhooks: settings.webhooks,
@@ -97,8 +115,8 @@ impl Application {
         tracing::info!(addr = %self.local_addr(), "listening");
         self.spawn_workers();
         let bootstrap = (!self.bootstrap.is_done())
-            .then(|| tokio::spawn(self.bootstrap.store_when_possible(self.pool.clone())));
-        tokio::spawn(report_database(self.pool.clone()));
+            .then(|| tokio::spawn(self.bootstrap.store_when_possible(self.background.clone())));
+        tokio::spawn(report_database(self.background.clone()));
         let changes = self.changes.clone();
         serve(
             self.listener,
@@ -112,6 +130,7 @@ impl Application {
         // again by the next replica or start (a delivery once its lease passes).
         self.workers.shut_down(self.request_timeout).await;
         self.pool.close().await;
+        self.background.close().await;
         tracing::info!("stopped");
         Ok(())
     }
@@ -119,15 +138,21 @@ impl Application {
     /// Every background loop of this replica, started through one place (`docs/design.md`,
     /// "Background work").
     fn spawn_workers(&mut self) {
-        let (pool, workers) = (&self.pool, &mut self.workers);
+        let (pool, workers) = (&self.background, &mut self.workers);
         let (interval, chains) = (self.sweep_interval, self.settlement.settings.chain_names());
         workers.spawn("sweeper", SweepWorker::schedule(interval), {
             let pool = pool.clone();
             move || SweepWorker::new(pool.clone(), interval, chains.clone())
         });
         workers.spawn("pool keeper", Schedule::every(KEEP_CHECKED_EVERY), {
-            let pool = pool.clone();
-            move || PoolKeeper(pool.clone())
+            let pools = [self.pool.clone(), pool.clone()];
+            move || PoolKeeper(pools.clone())
+        });
+        let replica = uuid::Uuid::new_v4();
+        let schedule = RegistryWorker::schedule(self.limits_refresh);
+        workers.spawn("merchant limits", schedule, {
+            let (pool, limiter) = (pool.clone(), self.limiter.clone());
+            move || RegistryWorker::new(pool.clone(), limiter.clone(), replica)
         });
         if self.webhooks.deliver {
             let settings = self.webhooks;
@@ -167,12 +192,14 @@ pub fn chain_watch() -> impl crate::chain::follower::Watch + Clone {
     (settlement::watch::PaymentWatch, refunds::watch::RefundWatch)
 }
 
-/// Checks the pool's idle connections (`db::Pool::check_idle`).
-struct PoolKeeper(db::Pool);
+/// Checks both pools' idle connections (`db::Pool::check_idle`).
+struct PoolKeeper([db::Pool; 2]);
 
 impl Worker for PoolKeeper {
     async fn run_once(&mut self) -> Result<Next, Failed> {
-        self.0.check_idle().await;
+        for pool in &self.0 {
+            pool.check_idle().await;
+        }
         Ok(Next::Wait)
     }
 }

@@ -152,6 +152,9 @@ async fn main() -> anyhow::Result<()> {
         ),
         ("SWEEP_INTERVAL_SECONDS".to_owned(), "1".to_owned()),
         ("DB_MAX_CONNECTIONS".to_owned(), "8".to_owned()),
+        // The run's few merchants send far more than a merchant's default share.
+        ("MERCHANT_RATE_LIMIT".to_owned(), "0".to_owned()),
+        ("MERCHANT_CONCURRENCY_LIMIT".to_owned(), "0".to_owned()),
         ("WEBHOOK_ALLOW_HTTP".to_owned(), "true".to_owned()),
         (
             "WEBHOOK_ALLOW_PRIVATE_NETWORKS".to_owned(),

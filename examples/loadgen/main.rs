@@ -7,6 +7,7 @@
 mod endpoint_cost;
 mod retention;
 mod settlement;
+mod tenants;
 mod x402;
 
 use std::{
@@ -116,6 +117,7 @@ struct Report {
     settlement: Option<settlement::SettlementReport>,
     x402: Option<x402::X402Report>,
     retention: Option<retention::RetentionReport>,
+    noisy_neighbour: Option<tenants::NoisyNeighbourReport>,
 }
 
 /// Deliveries to a local receiver while `clients` clients create intents (one event each).
@@ -264,6 +266,13 @@ async fn main() -> anyhow::Result<()> {
         None
     };
 
+    let noisy_neighbour = if wanted("tenants") {
+        let url = empty_database(&args.server, "payments_bench_tenants").await?;
+        Some(tenants::run(&api_bin, &url, &args.api_env, duration).await?)
+    } else {
+        None
+    };
+
     let reference = if args.reference.exists() {
         reference(&args.reference, clients, args.seconds)?
     } else {
@@ -290,6 +299,7 @@ async fn main() -> anyhow::Result<()> {
         settlement,
         x402,
         retention,
+        noisy_neighbour,
         api: workloads,
         reference,
     };
@@ -370,7 +380,9 @@ impl HttpConnection {
 
     async fn exchange(&mut self, request: Request<Full<Bytes>>) -> anyhow::Result<(u16, Bytes)> {
         if self.sender.is_closed() {
+            let authorization = self.authorization.clone();
             *self = Self::open(self.addr).await?;
+            self.authorization = authorization;
         }
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;
@@ -766,6 +778,39 @@ fn print_report(report: &Report) {
             s.wall_seconds
         );
     }
+    if let Some(n) = &report.noisy_neighbour {
+        let statuses = |w: &Workload| format!("{:?}", w.statuses);
+        println!(
+            "noisy neighbour: peak {:.0} creates/s; limiter cost: limited/unlimited {:.3} (median of {:?}); \
+             B alone at {:.0}/s: p50 {:.2} ms, p99 {:.2} ms {}",
+            n.peak_creates_per_second,
+            n.limiter_cost_ratio,
+            n.limiter_cost_rounds,
+            n.b_alone.rps,
+            n.b_alone.p50_ms,
+            n.b_alone.p99_ms,
+            statuses(&n.b_alone),
+        );
+        for (what, c) in [
+            ("A at the default limit", &n.with_a_limited),
+            ("A allowed the peak", &n.with_a_at_peak),
+        ] {
+            println!(
+                "  {what}, offering {:.0}/s: A sent {:.0}/s {} p99 {:.2} ms, {} timeouts; \
+                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone) {}; served {:.2} of the peak",
+                c.a_offered_per_second,
+                c.a.rps,
+                statuses(&c.a),
+                c.a.p99_ms,
+                c.a_timeouts,
+                c.b.p50_ms,
+                c.b.p99_ms,
+                c.b_p99_factor,
+                statuses(&c.b),
+                c.served_over_peak,
+            );
+        }
+    }
     if let Some(r) = &report.retention {
         println!(
             "retention: {} records stored, {:.0}/s coming due: fresh creates {:.0}/s ({} of the empty \
@@ -979,6 +1024,10 @@ impl ApiProcess {
             // The webhook workload's receiver is on this machine, over plain HTTP.
             .env("WEBHOOK_ALLOW_HTTP", "true")
             .env("WEBHOOK_ALLOW_PRIVATE_NETWORKS", "true")
+            // One merchant's load is the point of most workloads; the noisy-neighbour one sets
+            // its own limits.
+            .env("MERCHANT_RATE_LIMIT", "0")
+            .env("MERCHANT_CONCURRENCY_LIMIT", "0")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())

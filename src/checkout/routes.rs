@@ -209,6 +209,7 @@ pub async fn confirm(
         ));
         return Err(ApiError::RateLimited {
             retry_after_seconds: wait.as_secs().max(1),
+            reason: "too many confirms of this intent",
         });
     }
     payments::confirm(

@@ -12,5 +12,5 @@ pub mod transaction;
 
 pub use failure::{Failure, advice, observe};
 pub use migrate::{MIGRATOR, migrate};
-pub use pool::{Pool, PoolUsage, PooledConnection, pool};
+pub use pool::{Background, DB_POOL_WAIT, Pool, PoolUsage, PooledConnection, pool, request_pool};
 pub use transaction::{Checkpoint, OpenTransaction, Phase, RequestTransaction, Taken, Tx};

@@ -24,9 +24,22 @@ use super::{
 
 /// The connection pool: deadpool over sqlx's connections rather than sqlx's own pool, which pings
 /// every connection it takes back. Waiters are served first come, first served, and a connection
-/// is checked before use only when [`Connector::recycle`] says so.
+/// is checked before use only when [`Connector::recycle`] says so. A replica has two: one for
+/// requests, one for its background work, so merchant traffic never makes a worker wait.
 #[derive(Clone)]
-pub struct Pool(managed::Pool<Connector>);
+pub struct Pool {
+    inner: managed::Pool<Connector>,
+    /// `requests` or `background`: the `pool` label of its metrics.
+    name: &'static str,
+}
+
+/// The background work's pool, as routes that must not wait behind requests find it (`/readyz`,
+/// `/metrics`).
+#[derive(Clone)]
+pub struct Background(pub Pool);
+
+/// `db_pool_wait_seconds{pool}`: how long each checkout waited for a connection (a histogram).
+pub const DB_POOL_WAIT: &str = "db_pool_wait_seconds";
 
 /// What the [`Pool`] holds right now.
 pub struct PoolUsage {
@@ -39,17 +52,38 @@ pub struct PoolUsage {
 /// A connection checked out of the [`Pool`]; dropping it gives it back.
 pub type PooledConnection = managed::Object<Connector>;
 
-/// Builds the pool. Connections open on first use, so the server starts (and `/healthz` answers)
-/// while the database is down.
+/// Builds a pool for background work and commands: a checkout waits up to the acquire timeout for
+/// a free connection. Connections open on first use, so the server starts (and `/healthz`
+/// answers) while the database is down.
 pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
+    build(database_url, max_connections, ACQUIRE_TIMEOUT, "background")
+}
+
+/// Builds the pool requests use: a request that would wait longer than `wait` for a free
+/// connection gets 503 with `Retry-After` instead (shed, don't queue: `docs/design.md`, "The
+/// connection pool"). Opening a connection still has the whole acquire timeout, so a request
+/// rides through a short database restart.
+pub fn request_pool(
+    database_url: &str,
+    max_connections: u32,
+    wait: Duration,
+) -> anyhow::Result<Pool> {
+    build(database_url, max_connections, wait, "requests")
+}
+
+fn build(
+    database_url: &str,
+    max_connections: u32,
+    wait: Duration,
+    name: &'static str,
+) -> anyhow::Result<Pool> {
     let connector = Connector {
         servers: database_url.parse()?,
         preferred: AtomicUsize::new(0),
     };
     let pool = managed::Pool::builder(connector)
         .max_size(max_connections as usize)
-        // A request waiting longer than this for a connection gets 503 rather than hanging.
-        .wait_timeout(Some(ACQUIRE_TIMEOUT))
+        .wait_timeout(Some(wait))
         // Opening a connection keeps its own time, so it can say why it failed.
         .recycle_timeout(Some(ACQUIRE_TIMEOUT))
         // The connection given back last goes out first: it is the one least likely to need a
@@ -58,12 +92,15 @@ pub fn pool(database_url: &str, max_connections: u32) -> anyhow::Result<Pool> {
         .runtime(deadpool::Runtime::Tokio1)
         .build()
         .context("cannot build the connection pool")?;
-    Ok(Pool(pool))
+    Ok(Pool { inner: pool, name })
 }
 
 impl Pool {
     pub async fn acquire(&self) -> Result<PooledConnection, sqlx::Error> {
-        self.0.get().await.map_err(|error| match error {
+        let started = Instant::now();
+        let got = self.inner.get().await;
+        metrics::histogram!(DB_POOL_WAIT, "pool" => self.name).record(started.elapsed());
+        got.map_err(|error| match error {
             PoolError::Backend(error) => error,
             PoolError::Timeout(TimeoutType::Wait | TimeoutType::Create | TimeoutType::Recycle) => {
                 sqlx::Error::PoolTimedOut
@@ -73,8 +110,13 @@ impl Pool {
         })
     }
 
+    /// `requests` or `background`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
     pub fn usage(&self) -> PoolUsage {
-        let status = self.0.status();
+        let status = self.inner.status();
         PoolUsage {
             in_use: status.size - status.available,
             idle: status.available,
@@ -93,10 +135,10 @@ impl Pool {
             create: Some(Duration::ZERO),
             recycle: Some(PING_TIMEOUT * 2),
         };
-        let idle = self.0.status().available;
+        let idle = self.inner.status().available;
         let mut checked = Vec::with_capacity(idle);
         for _ in 0..idle {
-            match self.0.timeout_get(&only_idle).await {
+            match self.inner.timeout_get(&only_idle).await {
                 Ok(connection) => checked.push(connection),
                 Err(_) => break,
             }
@@ -106,8 +148,8 @@ impl Pool {
     /// Closes the idle connections politely (the server sees a goodbye, not a dropped socket),
     /// then stops handing out connections; any still in use close as they come back.
     pub async fn close(&self) {
-        let idle = self.0.retain(|_, _| false);
-        self.0.close();
+        let idle = self.inner.retain(|_, _| false);
+        self.inner.close();
         for connection in idle.removed {
             let _ = connection.close().await;
         }

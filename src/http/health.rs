@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use axum::{Extension, Json, extract::State, response::IntoResponse};
+use axum::{Extension, Json, response::IntoResponse};
 use serde_json::json;
 
 use crate::{
     auth::Bootstrap,
-    db::{self, Pool},
+    db::{self, Background},
     error::{ApiError, ErrorBody},
     workers::Heartbeats,
 };
@@ -30,7 +30,7 @@ pub async fn healthz() -> impl IntoResponse {
     )
 )]
 pub async fn readyz(
-    State(pool): State<Pool>,
+    Extension(Background(pool)): Extension<Background>,
     Extension(bootstrap): Extension<Bootstrap>,
     Extension(heartbeats): Extension<Heartbeats>,
 ) -> Result<impl IntoResponse, ApiError> {

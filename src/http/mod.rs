@@ -25,28 +25,45 @@ use crate::{
     idempotency::{self, IdempotencyState, idempotency_layer},
     intents, ledger, merchants, refunds, settlement,
     telemetry::{self, metrics},
-    webhooks,
+    tenants, webhooks,
     workers::Heartbeats,
 };
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-pub fn router(
-    pool: Pool,
-    settings: &Settings,
-    chains: settlement::Chains,
-    bootstrap: auth::Bootstrap,
-    heartbeats: Heartbeats,
-    changes: checkout::changes::Changes,
-) -> Router {
+/// What the routes share with the workers of their replica.
+pub struct Shared {
+    /// The requests' pool.
+    pub pool: Pool,
+    /// The background work's pool, which `/readyz` uses too: it never waits behind requests.
+    pub background: Pool,
+    /// One `Chains` for the routes and the workers: who waits in a request is woken by them.
+    pub chains: settlement::Chains,
+    pub bootstrap: auth::Bootstrap,
+    pub heartbeats: Heartbeats,
+    pub changes: checkout::changes::Changes,
+    pub limiter: tenants::Limiter,
+}
+
+pub fn router(settings: &Settings, shared: Shared) -> Router {
+    let Shared {
+        pool,
+        background,
+        chains,
+        bootstrap,
+        heartbeats,
+        changes,
+        limiter,
+    } = shared;
     let idempotency = IdempotencyState {
         pool: pool.clone(),
         settings: settings.idempotency,
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
     };
-    // route_layer: later layers wrap earlier ones, so the deadline covers everything, and
-    // authentication runs before the idempotency layer ever reads a key.
+    // route_layer: later layers wrap earlier ones, so the deadline covers everything,
+    // authentication runs first, then the merchant's limits, before the idempotency layer ever
+    // reads a key (a refused request leaves no record).
     let checkout = checkout::router(
         chains.clone(),
         changes,
@@ -64,6 +81,7 @@ pub fn router(
         .merge(events::router())
         .merge(webhooks::router(pool.clone(), settings.webhooks))
         .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
+        .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
         .route_layer(from_fn_with_state(
             authenticator.clone(),
             auth::require_merchant,
@@ -72,9 +90,10 @@ pub fn router(
             settings.request_timeout,
             deadline::enforce,
         ));
-    // The x402 facilitator: the merchant's key, the deadline; only settle is idempotent
-    // (`docs/x402.md`).
+    // The x402 facilitator: the merchant's key and limits, the deadline; only settle is
+    // idempotent (`docs/x402.md`).
     let x402 = crate::x402::router(chains.clone(), idempotency.clone())
+        .route_layer(from_fn_with_state(limiter, tenants::limit))
         .route_layer(from_fn_with_state(
             authenticator.clone(),
             auth::require_merchant,
@@ -95,6 +114,7 @@ pub fn router(
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::openapi_json))
+        .layer(Extension(crate::db::Background(background)))
         .layer(Extension(bootstrap))
         .layer(Extension(heartbeats));
 

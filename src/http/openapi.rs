@@ -139,6 +139,13 @@ impl Modify for GenericLayers {
                     "401",
                     "Missing or unknown credentials (`unauthorized`), with `WWW-Authenticate: Bearer`",
                 );
+                if scheme == "bearer" {
+                    add_error(
+                        operation,
+                        "429",
+                        "`rate_limited`: past the merchant's requests per second or requests at once; nothing was done, not even an idempotency record. Carries `Retry-After`, `RateLimit` and `RateLimit-Policy`",
+                    );
+                }
                 add_error(
                     operation,
                     "500",
@@ -214,7 +221,27 @@ fn add_error(operation: &mut Operation, status: &str, description: &str) {
     let mut response = ResponseBuilder::new()
         .description(description)
         .content("application/json", body);
-    if matches!(status, "409" | "503") {
+    if status == "429" {
+        for (name, description) in [
+            (
+                "RateLimit-Policy",
+                "The merchant's limits (draft-ietf-httpapi-ratelimit-headers): `\"rate\";q=<per second>;w=1` and `\"concurrency\";q=<at once>;qu=\"concurrent-requests\"`",
+            ),
+            (
+                "RateLimit",
+                "What is left of them: `\"rate\";r=<remaining>;t=<seconds>`, `\"concurrency\";r=<remaining>`",
+            ),
+        ] {
+            response = response.header(
+                name,
+                HeaderBuilder::new()
+                    .schema(ObjectBuilder::new().schema_type(Type::String))
+                    .description(Some(description))
+                    .build(),
+            );
+        }
+    }
+    if matches!(status, "409" | "429" | "503") {
         response = response.header(
             "Retry-After",
             HeaderBuilder::new()

@@ -4,6 +4,7 @@
 use std::{sync::OnceLock, time::Instant};
 
 use axum::{
+    Extension,
     extract::{MatchedPath, Request, State},
     http::{StatusCode, header},
     middleware::Next,
@@ -11,7 +12,10 @@ use axum::{
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::{db::Pool, idempotency::IdempotencyOutcome};
+use crate::{
+    db::{Background, DB_POOL_WAIT, Pool},
+    idempotency::IdempotencyOutcome,
+};
 
 pub const HTTP_REQUESTS: &str = "http_requests_total";
 pub const HTTP_DURATION: &str = "http_request_duration_seconds";
@@ -38,12 +42,19 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Waits for a connection from 0.1 ms (one was free) to 5 s (the background pool's limit).
+const POOL_WAIT_BUCKETS: &[f64] = &[
+    0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
 /// The process-wide recorder, installed once (several apps in one test process share it).
 pub fn handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), LATENCY_BUCKETS)
+            .expect("buckets are not empty")
+            .set_buckets_for_metric(Matcher::Full(DB_POOL_WAIT.to_owned()), POOL_WAIT_BUCKETS)
             .expect("buckets are not empty")
             .install_recorder()
             .expect("no other metrics recorder is installed")
@@ -78,11 +89,18 @@ pub async fn track(request: Request, next: Next) -> Response {
     tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
 )]
-pub async fn render(State(pool): State<Pool>) -> Response {
-    let usage = pool.usage();
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "idle").set(usage.idle as f64);
-    metrics::gauge!(DB_POOL_CONNECTIONS, "state" => "in_use").set(usage.in_use as f64);
-    metrics::gauge!(DB_POOL_WAITING).set(usage.waiting as f64);
+pub async fn render(
+    State(pool): State<Pool>,
+    Extension(Background(background)): Extension<Background>,
+) -> Response {
+    for pool in [&pool, &background] {
+        let (name, usage) = (pool.name(), pool.usage());
+        metrics::gauge!(DB_POOL_CONNECTIONS, "pool" => name, "state" => "idle")
+            .set(usage.idle as f64);
+        metrics::gauge!(DB_POOL_CONNECTIONS, "pool" => name, "state" => "in_use")
+            .set(usage.in_use as f64);
+        metrics::gauge!(DB_POOL_WAITING, "pool" => name).set(usage.waiting as f64);
+    }
     (
         StatusCode::OK,
         [(

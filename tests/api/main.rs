@@ -17,6 +17,7 @@ mod refunds;
 mod security;
 mod settlement;
 mod settlement_faults;
+mod tenants;
 mod usdc;
 mod webhooks;
 mod x402;

@@ -129,9 +129,10 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
         );
     }
     for gauge in [
-        r#"db_pool_connections{state="idle"}"#,
-        r#"db_pool_connections{state="in_use"}"#,
-        "db_pool_waiting_requests ",
+        r#"db_pool_connections{pool="requests",state="idle"}"#,
+        r#"db_pool_connections{pool="background",state="in_use"}"#,
+        r#"db_pool_waiting_requests{pool="requests"}"#,
+        r#"db_pool_wait_seconds_bucket{pool="background""#,
     ] {
         assert!(after.contains(gauge), "missing {gauge}");
     }

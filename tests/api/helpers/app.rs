@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use payments_api::{
-    config::{IdempotencySettings, Settings, SettlementSettings, WebhookSettings},
+    config::{IdempotencySettings, MerchantLimits, Settings, SettlementSettings, WebhookSettings},
     startup::Application,
     sweeper::{SweepReport, Sweeper},
 };
@@ -19,6 +19,12 @@ pub fn test_settings(database_url: &str) -> Settings {
     Settings {
         database_url: database_url.to_owned(),
         db_max_connections: 10,
+        db_background_connections: 4,
+        // Generous: tests race many requests on a small pool on a busy machine; the shedding
+        // test sets its own.
+        db_wait_timeout: Duration::from_secs(5),
+        // Off unless a test is about them: tests race many requests of one merchant.
+        merchant_limits: MerchantLimits::unlimited(),
         bind_addr: "127.0.0.1:0".parse().unwrap(),
         idempotency: IdempotencySettings {
             lease: Duration::from_secs(30),

@@ -1,0 +1,289 @@
+//! The noisy-neighbour workload (`docs/design.md`, "Per-merchant limits"): merchant A sends ten
+//! times what the API can serve while merchant B sends a steady 5% of it. Measured: B's latency
+//! and statuses with and without A, what A gets (429s, never timeouts), what the API still serves,
+//! and what the limiter itself costs a fresh create.
+//!
+//! Each phase runs on one API process with the default limits (`MERCHANT_RATE_LIMIT=100`); the
+//! phases that need A unlimited or limited otherwise set A's own limits with `payments-api limits
+//! set`, which every replica applies within a refresh.
+
+use std::{
+    path::Path,
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hyper::header::HeaderValue;
+use serde::Serialize;
+
+use crate::{ApiProcess, HttpConnection, Tally, Workload};
+
+const A_TOKEN: &str = "merchant-demo";
+const A_MERCHANT: &str = "merchant_demo";
+const B_TOKEN: &str = "merchant-other";
+/// A's clients: enough connections that A alone can offer ten times the API's rate.
+const A_CONNECTIONS: usize = 64;
+const B_CONNECTIONS: usize = 4;
+
+#[derive(Debug, Serialize)]
+pub struct NoisyNeighbourReport {
+    /// Fresh creates per second of one merchant, unlimited, 32 clients: what the API can serve.
+    pub peak_creates_per_second: f64,
+    /// The same with the merchant limited far above what it sends: the limiter's bucket,
+    /// semaphore and headers on every request, over the peak. Median of the rounds.
+    pub limiter_cost_ratio: f64,
+    pub limiter_cost_rounds: Vec<(f64, f64)>,
+    /// B alone at 5% of the peak.
+    pub b_alone: Workload,
+    /// A offering ten times the peak at the default limits, B as before.
+    pub with_a_limited: Contest,
+    /// A allowed the whole peak rate (its own limit), B as before: whether B keeps its
+    /// latency while A takes everything else, and whether the API still serves its peak.
+    pub with_a_at_peak: Contest,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Contest {
+    pub a_offered_per_second: f64,
+    pub a: Workload,
+    pub b: Workload,
+    /// B's p99 over its p99 alone (target ≤ 2).
+    pub b_p99_factor: f64,
+    /// Creates answered 201 per second, A and B together, over the peak.
+    pub served_over_peak: f64,
+    /// A's requests that took longer than 5 s or failed without an answer.
+    pub a_timeouts: u64,
+}
+
+pub async fn run(
+    api_bin: &Path,
+    database_url: &str,
+    api_env: &[(String, String)],
+    duration: Duration,
+) -> anyhow::Result<NoisyNeighbourReport> {
+    let mut env = vec![
+        (
+            "BOOTSTRAP_API_KEYS".to_owned(),
+            format!("{A_TOKEN}={A_MERCHANT},{B_TOKEN}=merchant_other"),
+        ),
+        ("MERCHANT_RATE_LIMIT".to_owned(), "100".to_owned()),
+        ("MERCHANT_CONCURRENCY_LIMIT".to_owned(), "100".to_owned()),
+    ];
+    env.extend(api_env.iter().cloned());
+    let server = ApiProcess::start(api_bin, database_url, &env).await?;
+    let set_a =
+        |rate: u32, concurrency: u32| set_limits(api_bin, database_url, &server, rate, concurrency);
+
+    // The peak and the limiter's cost, in alternating rounds on the same process.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        set_a(0, 0).await?;
+        let unlimited = paced(&server, A_TOKEN, 32, None, duration / 2).await;
+        set_a(1_000_000, 1_000_000).await?;
+        let limited = paced(&server, A_TOKEN, 32, None, duration / 2).await;
+        rounds.push((unlimited.rps, limited.rps));
+    }
+    let peak = rounds.iter().map(|r| r.0).fold(0.0, f64::max);
+    let mut ratios: Vec<f64> = rounds.iter().map(|(u, l)| l / u).collect();
+    ratios.sort_by(f64::total_cmp);
+    let limiter_cost_ratio = ratios[ratios.len() / 2];
+
+    let b_rate = peak * 0.05;
+    eprintln!("loadgen: noisy neighbour: peak {peak:.0}/s, B at {b_rate:.0}/s");
+    let b_alone = named(
+        paced(&server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration).await,
+        "tenants_b_alone",
+    );
+
+    set_a(100, 100).await?;
+    let with_a_limited = contest(&server, peak, b_rate, &b_alone, duration, "limited").await;
+    set_a(peak.ceil() as u32, 100).await?;
+    let with_a_at_peak = contest(&server, peak, b_rate, &b_alone, duration, "at_peak").await;
+    Ok(NoisyNeighbourReport {
+        peak_creates_per_second: peak,
+        limiter_cost_ratio,
+        limiter_cost_rounds: rounds,
+        b_alone,
+        with_a_limited,
+        with_a_at_peak,
+    })
+}
+
+async fn contest(
+    server: &ApiProcess,
+    peak: f64,
+    b_rate: f64,
+    b_alone: &Workload,
+    duration: Duration,
+    label: &str,
+) -> Contest {
+    let a_offered = peak * 10.0;
+    let (a, b) = tokio::join!(
+        paced(server, A_TOKEN, A_CONNECTIONS, Some(a_offered), duration),
+        paced(server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration),
+    );
+    let a_timeouts = a.slow;
+    let (a, b) = (
+        named(a, &format!("tenants_a_{label}")),
+        named(b, &format!("tenants_b_with_a_{label}")),
+    );
+    let created = |w: &Workload| w.statuses.get(&201).copied().unwrap_or(0) as f64;
+    let seconds = duration.as_secs_f64();
+    Contest {
+        a_offered_per_second: a_offered,
+        b_p99_factor: b.p99_ms / b_alone.p99_ms,
+        served_over_peak: (created(&a) + created(&b)) / seconds / peak,
+        a_timeouts,
+        a,
+        b,
+    }
+}
+
+fn named(measured: Measured, name: &str) -> Workload {
+    let mut workload = measured.workload;
+    workload.name = name.to_owned();
+    workload
+}
+
+/// Sets A's own rate (0: unlimited) and waits until the API answers under it.
+async fn set_limits(
+    api_bin: &Path,
+    database_url: &str,
+    server: &ApiProcess,
+    rate: u32,
+    concurrency: u32,
+) -> anyhow::Result<()> {
+    let output = Command::new(api_bin)
+        .args(["limits", "set", "--merchant", A_MERCHANT, "--rate"])
+        .arg(rate.to_string())
+        .arg("--concurrency")
+        .arg(concurrency.to_string())
+        .env("DATABASE_URL", database_url)
+        .output()?;
+    anyhow::ensure!(
+        output.status.success(),
+        "limits set: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let wanted = format!("\"rate\";q={rate};w=1");
+    let mut connection = HttpConnection::open_as(server.addr, A_TOKEN).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let policy = connection.policy_of("/v1/payment_intents?limit=1").await?;
+        let applied = match rate {
+            0 => !policy.contains("\"rate\""),
+            _ => policy.contains(&wanted),
+        } && policy.contains(&format!("\"concurrency\";q={concurrency};"))
+            == (concurrency > 0);
+        if applied {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the API never applied {wanted}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+struct Measured {
+    workload: Workload,
+    rps: f64,
+    /// Requests that failed without an answer or took longer than 5 s.
+    slow: u64,
+}
+
+/// Fresh creates as `token` over `connections` connections: at `rate` per second in all, each
+/// connection sending on its own schedule (and at once when it falls behind), or as fast as the
+/// API answers when `rate` is `None`. Latency counts from each request's actual send.
+async fn paced(
+    server: &ApiProcess,
+    token: &'static str,
+    connections: usize,
+    rate: Option<f64>,
+    duration: Duration,
+) -> Measured {
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..connections)
+        .map(|i| {
+            let (stop, slow, addr) = (stop.clone(), slow.clone(), server.addr);
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                let Ok(mut connection) = HttpConnection::open_as(addr, token).await else {
+                    tally.errors += 1;
+                    return tally;
+                };
+                let interval = rate.map(|r| Duration::from_secs_f64(connections as f64 / r));
+                let mut next = Instant::now()
+                    + interval.map_or(Duration::ZERO, |d| d.mul_f64(i as f64 / connections as f64));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(interval) = interval {
+                        tokio::time::sleep_until(next.into()).await;
+                        next += interval;
+                    }
+                    let key = format!("noisy-{token}-{}-{i}-{n}", std::process::id());
+                    n += 1;
+                    let t = Instant::now();
+                    let result =
+                        tokio::time::timeout(Duration::from_secs(30), connection.post(Some(&key)))
+                            .await
+                            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer in 30 s")));
+                    if result.is_err() || t.elapsed() > Duration::from_secs(5) {
+                        slow.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tally.record(t, result);
+                }
+                tally
+            })
+        })
+        .collect();
+    let sampler = server.rss_sampler();
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let tally = Tally::gather(tasks).await;
+    let workload = tally.summarize(
+        "paced",
+        connections,
+        started.elapsed(),
+        sampler.stop().await,
+    );
+    let created = workload.statuses.get(&201).copied().unwrap_or(0);
+    Measured {
+        rps: created as f64 / started.elapsed().as_secs_f64(),
+        workload,
+        slow: slow.load(Ordering::Relaxed),
+    }
+}
+
+impl HttpConnection {
+    /// A connection authenticated as another merchant's token.
+    async fn open_as(addr: std::net::SocketAddr, token: &str) -> anyhow::Result<Self> {
+        let mut connection = Self::open(addr).await?;
+        connection.authorization = HeaderValue::try_from(format!("Bearer {token}"))?;
+        Ok(connection)
+    }
+
+    /// The `RateLimit-Policy` of a GET's answer ("" without one).
+    async fn policy_of(&mut self, path: &str) -> anyhow::Result<String> {
+        let request = self
+            .request(hyper::Method::GET, path)
+            .body(http_body_util::Full::new(bytes::Bytes::new()))?;
+        if self.sender.is_closed() {
+            *self = Self::open_as(self.addr, A_TOKEN).await?;
+        }
+        self.sender.ready().await?;
+        let response = self.sender.send_request(request).await?;
+        let policy = response
+            .headers()
+            .get("ratelimit-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let _ = http_body_util::BodyExt::collect(response.into_body()).await?;
+        Ok(policy)
+    }
+}

@@ -1,0 +1,352 @@
+//! This replica's share of each merchant's limits: a GCRA bucket (governor) for the rate and a
+//! semaphore for the requests in flight, both in memory, so admitting a request costs no round
+//! trip and a refusal costs microseconds.
+
+use std::{
+    fmt::Write as _,
+    num::NonZeroU32,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use axum::{
+    extract::{Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use governor::{
+    Quota, RateLimiter,
+    clock::{Clock, DefaultClock},
+    middleware::StateInformationMiddleware,
+    state::{InMemoryState, NotKeyed},
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::{Allowance, Policy, RATE_LIMITED};
+use crate::{auth::MerchantId, config::MerchantLimits, error::ApiError};
+
+type Bucket = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformationMiddleware>;
+
+/// One merchant's state in this replica, made for one allowance: when the allowance changes (a
+/// replica came or went, the merchant's limits were set) the next request makes a new one, with a
+/// full bucket.
+struct MerchantState {
+    allowance: Allowance,
+    rate: Option<Bucket>,
+    in_flight: Option<Arc<Semaphore>>,
+}
+
+impl MerchantState {
+    fn new(allowance: Allowance) -> Self {
+        Self {
+            allowance,
+            rate: allowance
+                .rate_share()
+                .map(|share| RateLimiter::direct(Quota::per_second(share)).with_middleware()),
+            in_flight: allowance
+                .concurrency_share()
+                .map(|share| Arc::new(Semaphore::new(share.get() as usize))),
+        }
+    }
+}
+
+/// Every merchant's limits in this replica, and the policy they come from (which the registry
+/// worker replaces every few seconds).
+#[derive(Clone)]
+pub struct Limiter {
+    policy: Arc<RwLock<Arc<Policy>>>,
+    /// A merchant idle for a minute is forgotten: its next request finds a full bucket, as it
+    /// would have anyway.
+    merchants: moka::sync::Cache<String, Arc<MerchantState>>,
+    clock: DefaultClock,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Rate,
+    Concurrency,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rate => "rate",
+            Self::Concurrency => "concurrency",
+        }
+    }
+}
+
+/// A request let through: the slot it holds while it runs, and the headers its answer carries.
+pub struct Admission {
+    _in_flight: Option<OwnedSemaphorePermit>,
+    headers: RateLimitHeaders,
+}
+
+/// A request refused, and what its 429 says.
+pub struct Refusal {
+    pub reason: Reason,
+    pub retry_after: Duration,
+    headers: RateLimitHeaders,
+}
+
+impl Limiter {
+    pub fn new(defaults: MerchantLimits) -> Self {
+        Self {
+            policy: Arc::new(RwLock::new(Arc::new(Policy::new(defaults)))),
+            merchants: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(Duration::from_secs(60))
+                .build(),
+            clock: DefaultClock::default(),
+        }
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Applies from the next request on.
+    pub fn publish(&self, policy: Policy) {
+        *self
+            .policy
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(policy);
+    }
+
+    fn state(&self, merchant: &str) -> Arc<MerchantState> {
+        let allowance = self.policy().allowance(merchant);
+        let state = self
+            .merchants
+            .get_with_by_ref(merchant, || Arc::new(MerchantState::new(allowance)));
+        if state.allowance == allowance {
+            return state;
+        }
+        let fresh = Arc::new(MerchantState::new(allowance));
+        self.merchants.insert(merchant.to_owned(), fresh.clone());
+        fresh
+    }
+
+    /// The rule: a free slot in flight first (a request refused for concurrency spends no part
+    /// of the rate), then a token of the rate.
+    pub fn admit(&self, merchant: &str) -> Result<Admission, Refusal> {
+        let state = self.state(merchant);
+        let allowance = state.allowance;
+        let mut headers = RateLimitHeaders::new(allowance);
+        let in_flight = match &state.in_flight {
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    headers.concurrency_remaining(slots.available_permits());
+                    Some(permit)
+                }
+                Err(_) => {
+                    headers.concurrency_remaining(0);
+                    return Err(Refusal {
+                        reason: Reason::Concurrency,
+                        retry_after: Duration::from_secs(1),
+                        headers,
+                    });
+                }
+            },
+            None => None,
+        };
+        if let Some(bucket) = &state.rate {
+            match bucket.check() {
+                Ok(snapshot) => headers.rate_remaining(snapshot.remaining_burst_capacity(), 1),
+                Err(not_until) => {
+                    let retry_after = not_until.wait_time_from(self.clock.now());
+                    headers.rate_remaining(0, whole_seconds(retry_after));
+                    return Err(Refusal {
+                        reason: Reason::Rate,
+                        retry_after,
+                        headers,
+                    });
+                }
+            }
+        }
+        Ok(Admission {
+            _in_flight: in_flight,
+            headers,
+        })
+    }
+}
+
+/// At least 1: `Retry-After: 0` would invite the retry loop we are refusing.
+fn whole_seconds(wait: Duration) -> u64 {
+    wait.as_secs_f64().ceil().max(1.0) as u64
+}
+
+/// Runs after authentication, before the idempotency layer: a refused request is answered
+/// `429 rate_limited` with `Retry-After` before any record is written, so a retry with the same
+/// key later runs as the first attempt would have.
+pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {
+    let Some(merchant) = request.extensions().get::<MerchantId>().cloned() else {
+        return next.run(request).await;
+    };
+    match limiter.admit(merchant.as_str()) {
+        Ok(admission) => {
+            let mut response = next.run(request).await;
+            admission.headers.write(response.headers_mut());
+            response
+        }
+        Err(refusal) => {
+            metrics::counter!(
+                RATE_LIMITED,
+                "merchant" => merchant.as_str().to_owned(),
+                "reason" => refusal.reason.as_str(),
+            )
+            .increment(1);
+            let mut response = ApiError::RateLimited {
+                retry_after_seconds: whole_seconds(refusal.retry_after),
+                reason: match refusal.reason {
+                    Reason::Rate => "more requests per second than this merchant's limit",
+                    Reason::Concurrency => "more requests at once than this merchant's limit",
+                },
+            }
+            .into_response();
+            refusal.headers.write(response.headers_mut());
+            response
+        }
+    }
+}
+
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// The IETF `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers):
+/// the merchant's limits across every replica, and what is left of them, estimated from this
+/// replica's share (exact when the load balancer spreads requests evenly).
+struct RateLimitHeaders {
+    allowance: Allowance,
+    rate: Option<(u32, u64)>,
+    concurrency: Option<u32>,
+}
+
+impl RateLimitHeaders {
+    fn new(allowance: Allowance) -> Self {
+        Self {
+            allowance,
+            rate: None,
+            concurrency: None,
+        }
+    }
+
+    fn scaled(&self, local: u32, limit: NonZeroU32) -> u32 {
+        local
+            .saturating_mul(self.allowance.replicas.get())
+            .min(limit.get())
+    }
+
+    fn rate_remaining(&mut self, local: u32, reset_seconds: u64) {
+        if let Some(limit) = self.allowance.rate_per_second {
+            self.rate = Some((self.scaled(local, limit), reset_seconds));
+        }
+    }
+
+    fn concurrency_remaining(&mut self, local: usize) {
+        if let Some(limit) = self.allowance.concurrency {
+            self.concurrency = Some(self.scaled(local.try_into().unwrap_or(u32::MAX), limit));
+        }
+    }
+
+    fn write(&self, headers: &mut HeaderMap) {
+        let mut policy = String::new();
+        let mut now = String::new();
+        if let Some(limit) = self.allowance.rate_per_second {
+            let _ = write!(policy, "\"rate\";q={limit};w=1");
+            if let Some((remaining, reset)) = self.rate {
+                let _ = write!(now, "\"rate\";r={remaining};t={reset}");
+            }
+        }
+        if let Some(limit) = self.allowance.concurrency {
+            let sep = if policy.is_empty() { "" } else { ", " };
+            let _ = write!(
+                policy,
+                "{sep}\"concurrency\";q={limit};qu=\"concurrent-requests\""
+            );
+            if let Some(remaining) = self.concurrency {
+                let sep = if now.is_empty() { "" } else { ", " };
+                let _ = write!(now, "{sep}\"concurrency\";r={remaining}");
+            }
+        }
+        for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, now)] {
+            if let Ok(value) = HeaderValue::try_from(value)
+                && !value.is_empty()
+            {
+                headers.insert(name, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(rate: u32, concurrency: u32) -> Limiter {
+        Limiter::new(MerchantLimits {
+            rate_per_second: rate,
+            concurrency,
+            ..MerchantLimits::unlimited()
+        })
+    }
+
+    #[test]
+    fn a_burst_past_the_rate_is_refused_with_a_wait_and_other_merchants_are_untouched() {
+        let limiter = limiter(3, 0);
+        for _ in 0..3 {
+            assert!(limiter.admit("a").is_ok());
+        }
+        let refused = limiter.admit("a").err().expect("the fourth is refused");
+        assert_eq!(refused.reason, Reason::Rate);
+        assert!(
+            refused.retry_after > Duration::ZERO && refused.retry_after <= Duration::from_secs(1)
+        );
+        assert!(limiter.admit("b").is_ok());
+    }
+
+    #[test]
+    fn a_slot_in_flight_is_given_back_when_its_request_ends() {
+        let limiter = limiter(0, 1);
+        let first = limiter.admit("a").ok().expect("the first runs");
+        let refused = limiter
+            .admit("a")
+            .err()
+            .expect("a second at once is refused");
+        assert_eq!(refused.reason, Reason::Concurrency);
+        drop(first);
+        assert!(limiter.admit("a").is_ok());
+    }
+
+    #[test]
+    fn the_headers_name_the_whole_limit_and_what_is_left() {
+        let limiter = limiter(10, 4);
+        let admission = limiter.admit("a").ok().unwrap();
+        let mut headers = HeaderMap::new();
+        admission.headers.write(&mut headers);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"rate\";q=10;w=1, \"concurrency\";q=4;qu=\"concurrent-requests\""
+        );
+        assert_eq!(
+            headers["ratelimit"],
+            "\"rate\";r=9;t=1, \"concurrency\";r=3"
+        );
+        let mut unlimited = HeaderMap::new();
+        limiter_unlimited()
+            .admit("a")
+            .ok()
+            .unwrap()
+            .headers
+            .write(&mut unlimited);
+        assert!(unlimited.is_empty());
+    }
+
+    fn limiter_unlimited() -> Limiter {
+        limiter(0, 0)
+    }
+}
