@@ -133,6 +133,7 @@ pub async fn takes_writes(connection: &mut PgConnection) -> Result<bool, sqlx::E
 /// does not take writes.
 pub async fn open(server: &Server, read_write: bool) -> Result<PgConnection, sqlx::Error> {
     let mut connection = PgConnection::connect_with(&server.options).await?;
+    ask_the_server_to_notice_silence(&mut connection).await?;
     if read_write && !takes_writes(&mut connection).await? {
         let _ = connection.close().await;
         return Err(sqlx::Error::Io(std::io::Error::new(
@@ -144,6 +145,31 @@ pub async fn open(server: &Server, read_write: bool) -> Result<PgConnection, sql
         )));
     }
     Ok(connection)
+}
+
+/// The server's end of the socket: a client whose network went silent is noticed within about ten
+/// seconds (keepalive probes, and a limit on unacknowledged data), its session ended and what its
+/// transaction held released. Our end is bounded by the request and worker deadlines; sqlx does
+/// not let us set the socket's own options (`docs/design.md`, "The connection pool").
+async fn ask_the_server_to_notice_silence(
+    connection: &mut PgConnection,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"SELECT set_config('tcp_keepalives_idle', '5', false) AS "idle!",
+                  set_config('tcp_keepalives_interval', '2', false) AS "interval!",
+                  set_config('tcp_keepalives_count', '3', false) AS "count!""#
+    )
+    .fetch_one(&mut *connection)
+    .await?;
+    // Linux has TCP_USER_TIMEOUT; a server without it refuses the setting, and keeps keepalives.
+    if let Err(e) = sqlx::query!("SELECT set_config('tcp_user_timeout', '10000', false)")
+        .fetch_one(&mut *connection)
+        .await
+        && super::Failure::of(&e).is_transient()
+    {
+        return Err(e);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

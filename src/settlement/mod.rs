@@ -85,6 +85,9 @@ impl Chains {
     }
 }
 
+/// What a chain worker's unit may take beyond its period before it is cut short.
+const CHAIN_UNIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Starts a follower with `watch` per served chain, a relayer per chain and key sending `kinds`,
 /// and the worker that wakes relayers when work is queued and awaiting callers when it is done.
 /// Every way to pay brings its kind and its watch (`docs/design.md`, "How to add a way to pay").
@@ -98,7 +101,12 @@ pub fn spawn<W: Watch + Clone>(
     watch: W,
 ) {
     let settings = chains.settings.clone();
-    let schedule = Schedule::every(settings.poll_interval);
+    // A unit talks to the node too, many calls in turn at worst (a relayer round of a full batch),
+    // each bounded by its own timeout: cut short only well past what a slow node explains.
+    let schedule = Schedule {
+        deadline: settings.poll_interval + CHAIN_UNIT_MARGIN,
+        ..Schedule::every(settings.poll_interval)
+    };
     let mut wakes: HashMap<u64, Vec<Arc<Notify>>> = HashMap::new();
     for (endpoint, node) in chains.nodes.values() {
         let confirmations = settings.confirmations;

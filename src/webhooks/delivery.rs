@@ -97,9 +97,12 @@ impl DeliveryWorker {
     /// An idle worker looks for due deliveries every 250 ms; a slot waits at most for an
     /// attempt's timeout.
     pub fn schedule(settings: &WebhookSettings) -> Schedule {
+        // A unit may wait an attempt's timeout for a free slot.
+        let every = Schedule::every(POLL_EVERY);
         Schedule {
-            patience: settings.timeout + Schedule::every(POLL_EVERY).patience,
-            ..Schedule::every(POLL_EVERY)
+            patience: settings.timeout + every.patience,
+            deadline: settings.timeout + every.deadline,
+            ..every
         }
     }
 }
@@ -256,9 +259,20 @@ async fn record_finished(
 ) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while to_record.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-        if let Err(e) = record(&pool, &settings, &batch).await {
-            db::observe(&e);
-            tracing::warn!(error = %e, attempts = batch.len(), "could not record webhook attempts; they will be sent again");
+        // Bounded like a worker's unit: a connection gone silent must not stop all recording.
+        match tokio::time::timeout(Schedule::DEADLINE_MARGIN, record(&pool, &settings, &batch))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                db::observe(&e);
+                tracing::warn!(error = %e, attempts = batch.len(), "could not record webhook attempts; they will be sent again");
+            }
+            Err(_) => tracing::warn!(
+                attempts = batch.len(),
+                "recording webhook attempts took longer than {} s; cut short, they will be sent again",
+                Schedule::DEADLINE_MARGIN.as_secs()
+            ),
         }
         batch.clear();
     }

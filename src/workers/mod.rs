@@ -13,7 +13,7 @@ mod runtime;
 use std::{future::Future, time::Duration};
 
 pub use outage::Outage;
-pub use runtime::{Heartbeats, Schedule, Workers};
+pub use runtime::{Heartbeats, Schedule, WORKER_UNITS_CUT, Workers};
 
 /// `worker_last_tick_seconds{worker}`: the Unix time at which the worker last finished a unit.
 pub const WORKER_LAST_TICK: &str = "worker_last_tick_seconds";

@@ -25,16 +25,37 @@ pub struct Schedule {
     pub first_after: Duration,
     /// How long one unit may take before `/readyz` says the worker stopped ticking.
     pub patience: Duration,
+    /// How long one unit may run before it is cut short, as a request is at its deadline: a
+    /// statement on a connection that went silent would otherwise hold the worker, and its pool
+    /// slot, until TCP gives up. A unit cut short is a crash of that unit (its transaction rolls
+    /// back, its connection is closed, not reused) and the worker is made anew.
+    pub deadline: Duration,
 }
 
 impl Schedule {
+    /// What a unit may take beyond its period before it is cut short: far above any round of
+    /// statements on a database that answers, far below TCP's minutes.
+    pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
     pub fn every(period: Duration) -> Self {
         Self {
             period,
             first_after: Duration::ZERO,
             patience: period + Duration::from_secs(60),
+            deadline: period + Self::DEADLINE_MARGIN,
         }
     }
+}
+
+/// `worker_units_cut_total{worker}`: units cut short at their deadline.
+pub const WORKER_UNITS_CUT: &str = "worker_units_cut_total";
+
+/// How a worker's loop ended.
+enum Ended {
+    /// Asked to stop between two units.
+    Stopped,
+    /// A unit ran past its deadline: the worker is made anew.
+    CutShort,
 }
 
 /// By when each worker must next be heard from: what `/readyz` reads.
@@ -176,16 +197,30 @@ async fn supervise<W, F>(
             heartbeats.clone(),
         )));
         let panic = match (&mut run.0).await {
-            Ok(()) => break,
-            Err(e) if e.is_panic() => panic_message(e.into_panic()),
+            Ok(Ended::Stopped) => break,
+            Ok(Ended::CutShort) => None,
+            Err(e) if e.is_panic() => Some(panic_message(e.into_panic())),
             Err(_) => break,
         };
         if started.elapsed() >= STEADY_AFTER {
             restarts = restart_backoff();
         }
         let pause = restarts.next().unwrap_or(Duration::from_secs(30));
-        metrics::counter!(WORKER_RESTARTS, "worker" => name.clone()).increment(1);
-        tracing::error!(worker = %name, panic = %panic, "{name} panicked; restarting it in {} ms", pause.as_millis());
+        match panic {
+            Some(panic) => {
+                metrics::counter!(WORKER_RESTARTS, "worker" => name.clone()).increment(1);
+                tracing::error!(worker = %name, panic = %panic, "{name} panicked; restarting it in {} ms", pause.as_millis());
+            }
+            None => {
+                metrics::counter!(WORKER_UNITS_CUT, "worker" => name.clone()).increment(1);
+                tracing::warn!(
+                    worker = %name,
+                    "a unit of {name} ran past its deadline of {} s (a database or node that stopped answering?); cut short, making it anew in {} ms",
+                    schedule.deadline.as_secs(),
+                    pause.as_millis()
+                );
+            }
+        }
         heartbeats.expect_by(&name, Instant::now() + pause + schedule.patience);
         // A wake-up does not cut a pause short: a worker that panics on new work would spin.
         if waits.stopped_within(pause, false).await {
@@ -196,7 +231,7 @@ async fn supervise<W, F>(
 }
 
 /// A supervisor stopped mid-unit takes its worker down with it.
-struct AbortOnDrop(JoinHandle<()>);
+struct AbortOnDrop(JoinHandle<Ended>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -211,17 +246,19 @@ async fn drive<W: Worker>(
     mut worker: W,
     mut waits: Waits,
     heartbeats: Heartbeats,
-) {
+) -> Ended {
     let mut outage = Outage::new(name.clone(), schedule.period);
     let mut wait = schedule.first_after;
     loop {
         heartbeats.expect_by(&name, Instant::now() + wait + schedule.patience);
         if waits.stopped_within(wait, true).await {
-            return;
+            return Ended::Stopped;
         }
         let started = Instant::now();
         heartbeats.expect_by(&name, started + schedule.patience);
-        let ran = worker.run_once().await;
+        let Ok(ran) = tokio::time::timeout(schedule.deadline, worker.run_once()).await else {
+            return Ended::CutShort;
+        };
         metrics::gauge!(WORKER_LAST_TICK, "worker" => name.clone()).set(unix_now());
         wait = match ran {
             Ok(next) => {
@@ -368,12 +405,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_unit_running_past_its_deadline_is_cut_short_and_the_worker_made_anew() {
+        let made = Arc::new(AtomicU32::new(0));
+        let mut workers = Workers::new();
+        let schedule = Schedule {
+            deadline: Duration::from_millis(20),
+            ..Schedule::every(Duration::from_millis(5))
+        };
+        let counted = made.clone();
+        workers.spawn("stuck until cut", schedule, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Stuck
+        });
+        until("the stuck worker is made anew twice", || {
+            made.load(Ordering::SeqCst) >= 3
+        })
+        .await;
+        workers.shut_down(Duration::from_millis(50)).await;
+    }
+
+    #[tokio::test]
     async fn a_unit_running_past_its_patience_is_named_stalled() {
         let mut workers = Workers::new();
         let schedule = Schedule {
             period: Duration::from_millis(10),
             first_after: Duration::ZERO,
             patience: Duration::from_millis(50),
+            deadline: Duration::from_secs(3600),
         };
         workers.spawn("stuck", schedule, || Stuck);
         let heartbeats = workers.heartbeats();

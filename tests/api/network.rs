@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    Answer, DEMO_MERCHANT, DEMO_TOKEN, Fault, SEED_BODY, TestApp, body_with_amount,
+    Answer, DEMO_MERCHANT, DEMO_TOKEN, Fault, Receiver, SEED_BODY, TestApp, body_with_amount,
 };
 
 /// What a test may add to the configured timeout before an answer counts as late: scheduling on a
@@ -223,6 +223,48 @@ async fn with_every_open_connection_silent_the_api_serves_again_within_seconds()
         "served again after {:?}",
         started.elapsed()
     );
+}
+
+/// Background work caught mid-statement by a connection that goes silent (no reset, packets
+/// vanish) is cut at its deadline as a request would be: the webhook worker's claim, then the
+/// recorder of finished attempts. Each time the connection is closed rather than reused, the
+/// work is done again on a new one, and every event is delivered and recorded, within seconds
+/// rather than after TCP gives up.
+#[tokio::test]
+async fn background_work_caught_by_a_silent_connection_resumes_after_its_deadline() {
+    let (app, proxy) = TestApp::spawn_behind_proxy(|_| {}).await;
+    let receiver = Receiver::start(vec![]).await;
+    let body = format!(r#"{{"url":"{}"}}"#, receiver.url);
+    let endpoint = app
+        .post_as(DEMO_TOKEN, "/v1/webhook_endpoints", None, &body)
+        .await;
+    assert_eq!(endpoint.status, 201, "{}", endpoint.body);
+    let delivered = |n: usize| {
+        format!("(SELECT count(*) FROM webhook_deliveries WHERE state = 'delivered') = {n}")
+    };
+
+    // The delivery worker's claim (it polls every 250 ms) goes silent.
+    proxy.set(Fault::SilenceAt("d.next_attempt_at <= now()"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.armed() {
+        assert!(Instant::now() < deadline, "the worker never claimed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = app.create_intent(DEMO_TOKEN, None, SEED_BODY).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    receiver.wait_for(1).await;
+    app.wait_until("the first delivery is recorded", &delivered(1))
+        .await;
+
+    // The recorder's write goes silent: the attempt is sent again after its lease, and recorded.
+    proxy.set(Fault::SilenceAt("INSERT INTO webhook_attempts"));
+    let second = app
+        .create_intent(DEMO_TOKEN, None, body_with_amount("2").as_str())
+        .await;
+    assert_eq!(second.status, 201, "{}", second.body);
+    app.wait_until("the second delivery is recorded", &delivered(2))
+        .await;
+    assert!(!proxy.armed(), "the recorder's statement went silent");
 }
 
 /// Retries a create with one key, as a client would (on 503 and 409, after `Retry-After`), until it

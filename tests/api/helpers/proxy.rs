@@ -38,6 +38,10 @@ pub enum Fault {
     Silent,
     /// The connections open now go silent for good; new ones work.
     SilenceOpenConnections,
+    /// The next statement whose SQL contains this text is not forwarded, and its connection goes
+    /// silent for good (nothing answered, nothing closed): a worker caught mid-statement by a
+    /// network that drops packets. Other connections work.
+    SilenceAt(&'static str),
 }
 
 struct Shared {
@@ -66,6 +70,14 @@ impl FaultProxy {
         let address = listener.local_addr().unwrap();
         tokio::spawn(accept(listener, shared.clone()));
         Self { address, shared }
+    }
+
+    /// Whether a one-shot fault is still waiting for its statement.
+    pub fn armed(&self) -> bool {
+        matches!(
+            *self.shared.fault.lock().unwrap(),
+            Fault::LoseAnswerTo(_) | Fault::CutBefore(_) | Fault::SilenceAt(_)
+        )
     }
 
     pub fn set(&self, fault: Fault) {
@@ -101,6 +113,7 @@ async fn relay(client: TcpStream, id: u64, shared: Arc<Shared>) {
         id,
         shared,
         doomed: std::sync::atomic::AtomicBool::new(false),
+        silenced: std::sync::atomic::AtomicBool::new(false),
     });
     tokio::select! {
         () = connection.clone().pump_to_db(from_app, to_db) => {}
@@ -113,6 +126,8 @@ struct Connection {
     shared: Arc<Shared>,
     /// The answer now coming belongs to a statement whose answer is to be lost.
     doomed: std::sync::atomic::AtomicBool,
+    /// This connection went silent at a statement ([`Fault::SilenceAt`]).
+    silenced: std::sync::atomic::AtomicBool,
 }
 
 /// What the pump does with one message from the app.
@@ -120,11 +135,13 @@ enum Verdict {
     Forward,
     ForwardAndLoseAnswer,
     Cut,
+    Silence,
 }
 
 impl Connection {
     fn silent(&self) -> bool {
         self.id < self.shared.silent_below.load(Ordering::SeqCst)
+            || self.silenced.load(Ordering::SeqCst)
     }
 
     async fn pump_to_db(self: Arc<Self>, mut from_app: OwnedReadHalf, mut to_db: OwnedWriteHalf) {
@@ -145,6 +162,10 @@ impl Connection {
             match self.verdict(sql.as_deref()) {
                 Verdict::Cut => {
                     return;
+                }
+                Verdict::Silence => {
+                    self.silenced.store(true, Ordering::SeqCst);
+                    continue;
                 }
                 Verdict::ForwardAndLoseAnswer => self.doomed.store(true, Ordering::SeqCst),
                 Verdict::Forward => {}
@@ -168,6 +189,7 @@ impl Connection {
         let (pattern, verdict) = match *fault {
             Fault::LoseAnswerTo(pattern) => (pattern, Verdict::ForwardAndLoseAnswer),
             Fault::CutBefore(pattern) => (pattern, Verdict::Cut),
+            Fault::SilenceAt(pattern) => (pattern, Verdict::Silence),
             _ => return Verdict::Forward,
         };
         if !contains(sql, pattern.as_bytes()) {
