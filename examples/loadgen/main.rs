@@ -794,10 +794,14 @@ fn print_report(report: &Report) {
         for (what, c) in [
             ("A at the default limit", &n.with_a_limited),
             ("A allowed the peak", &n.with_a_at_peak),
+            (
+                "A allowed the peak, 12 at once",
+                &n.with_a_at_peak_fewer_at_once,
+            ),
         ] {
             println!(
                 "  {what}, offering {:.0}/s: A sent {:.0}/s {} p99 {:.2} ms, {} timeouts; \
-                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone) {}; served {:.2} of the peak",
+                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone) {}; served {:.2} of the peak; API CPU {:.0} us per answer",
                 c.a_offered_per_second,
                 c.a.rps,
                 statuses(&c.a),
@@ -808,8 +812,15 @@ fn print_report(report: &Report) {
                 c.b_p99_factor,
                 statuses(&c.b),
                 c.served_over_peak,
+                c.api_cpu_us_per_answer,
             );
         }
+        println!(
+            "  B alone again at the end: p50 {:.2} ms, p99 {:.2} ms {}",
+            n.b_alone_after.p50_ms,
+            n.b_alone_after.p99_ms,
+            statuses(&n.b_alone_after)
+        );
     }
     if let Some(r) = &report.retention {
         println!(
@@ -1048,6 +1059,26 @@ impl ApiProcess {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// CPU time the API process has used so far, user and system, in seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) end with ')'.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; 100 Hz.
+        (ticks(11) + ticks(12)) / 100.0
     }
 
     /// Samples the API's resident set every 50 ms until stopped; returns the peak in KiB.

@@ -23,19 +23,24 @@ use serde::Serialize;
 use crate::{ApiProcess, HttpConnection, Tally, Workload};
 
 const A_TOKEN: &str = "merchant-demo";
-const A_MERCHANT: &str = "merchant_demo";
+const A: &str = "merchant_demo";
 const B_TOKEN: &str = "merchant-other";
+const B: &str = "merchant_other";
 /// A's clients: enough connections that A alone can offer ten times the API's rate.
 const A_CONNECTIONS: usize = 64;
 const B_CONNECTIONS: usize = 4;
+/// A's concurrency in the last contest: below `DB_MAX_CONNECTIONS` (16).
+const A_CONCURRENCY_BELOW_POOL: u32 = 12;
 
 #[derive(Debug, Serialize)]
 pub struct NoisyNeighbourReport {
-    /// Fresh creates per second of one merchant, unlimited, 32 clients: what the API can serve.
+    /// Fresh creates per second of one merchant, unlimited, 32 clients: what the API can serve
+    /// (the median of the rounds).
     pub peak_creates_per_second: f64,
     /// The same with the merchant limited far above what it sends: the limiter's bucket,
-    /// semaphore and headers on every request, over the peak. Median of the rounds.
+    /// semaphore and headers on every request, over unlimited. Median of the rounds' ratios.
     pub limiter_cost_ratio: f64,
+    /// (unlimited, limited) fresh creates per second, per round.
     pub limiter_cost_rounds: Vec<(f64, f64)>,
     /// B alone at 5% of the peak.
     pub b_alone: Workload,
@@ -44,6 +49,11 @@ pub struct NoisyNeighbourReport {
     /// A allowed the whole peak rate (its own limit), B as before: whether B keeps its
     /// latency while A takes everything else, and whether the API still serves its peak.
     pub with_a_at_peak: Contest,
+    /// The same with A's concurrency below the request pool's 16 connections, so that B always
+    /// finds one free.
+    pub with_a_at_peak_fewer_at_once: Contest,
+    /// B alone again at the end: how much the baseline moved over the run.
+    pub b_alone_after: Workload,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,6 +67,8 @@ pub struct Contest {
     pub served_over_peak: f64,
     /// A's requests that took longer than 5 s or failed without an answer.
     pub a_timeouts: u64,
+    /// The API process's CPU time (user and system) over every answer it gave, A's and B's.
+    pub api_cpu_us_per_answer: f64,
 }
 
 pub async fn run(
@@ -68,29 +80,41 @@ pub async fn run(
     let mut env = vec![
         (
             "BOOTSTRAP_API_KEYS".to_owned(),
-            format!("{A_TOKEN}={A_MERCHANT},{B_TOKEN}=merchant_other"),
+            format!("{A_TOKEN}={A},{B_TOKEN}={B}"),
         ),
         ("MERCHANT_RATE_LIMIT".to_owned(), "100".to_owned()),
         ("MERCHANT_CONCURRENCY_LIMIT".to_owned(), "100".to_owned()),
     ];
     env.extend(api_env.iter().cloned());
     let server = ApiProcess::start(api_bin, database_url, &env).await?;
-    let set_a =
-        |rate: u32, concurrency: u32| set_limits(api_bin, database_url, &server, rate, concurrency);
+    let set = |merchant: &'static str, rate: u32, concurrency: u32| {
+        set_limits(api_bin, database_url, &server, merchant, rate, concurrency)
+    };
+    // B is a merchant well within its own limits: what it sends is never refused for itself.
+    set(B, 10_000, 100).await?;
 
-    // The peak and the limiter's cost, in alternating rounds on the same process.
+    // The peak and the limiter's cost: a warm-up, then unlimited and limited rounds in turn,
+    // each pair in the other order from the last, on the same process.
+    set(A, 0, 0).await?;
+    paced(&server, A_TOKEN, 32, None, duration / 2).await;
     let mut rounds = Vec::new();
-    for _ in 0..3 {
-        set_a(0, 0).await?;
-        let unlimited = paced(&server, A_TOKEN, 32, None, duration / 2).await;
-        set_a(1_000_000, 1_000_000).await?;
-        let limited = paced(&server, A_TOKEN, 32, None, duration / 2).await;
-        rounds.push((unlimited.rps, limited.rps));
+    for round in 0..4 {
+        let mut pair = [0.0; 2];
+        for limited in [round % 2 == 1, round % 2 == 0] {
+            match limited {
+                true => set(A, 1_000_000, 1_000_000).await?,
+                false => set(A, 0, 0).await?,
+            }
+            pair[usize::from(limited)] = paced(&server, A_TOKEN, 32, None, duration / 2).await.rps;
+        }
+        rounds.push((pair[0], pair[1]));
     }
-    let peak = rounds.iter().map(|r| r.0).fold(0.0, f64::max);
-    let mut ratios: Vec<f64> = rounds.iter().map(|(u, l)| l / u).collect();
-    ratios.sort_by(f64::total_cmp);
-    let limiter_cost_ratio = ratios[ratios.len() / 2];
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
+    };
+    let peak = median(rounds.iter().map(|r| r.0).collect());
+    let limiter_cost_ratio = median(rounds.iter().map(|(u, l)| l / u).collect());
 
     let b_rate = peak * 0.05;
     eprintln!("loadgen: noisy neighbour: peak {peak:.0}/s, B at {b_rate:.0}/s");
@@ -99,10 +123,17 @@ pub async fn run(
         "tenants_b_alone",
     );
 
-    set_a(100, 100).await?;
+    set(A, 100, 100).await?;
     let with_a_limited = contest(&server, peak, b_rate, &b_alone, duration, "limited").await;
-    set_a(peak.ceil() as u32, 100).await?;
+    set(A, peak.ceil() as u32, 100).await?;
     let with_a_at_peak = contest(&server, peak, b_rate, &b_alone, duration, "at_peak").await;
+    set(A, peak.ceil() as u32, A_CONCURRENCY_BELOW_POOL).await?;
+    let with_a_at_peak_fewer_at_once =
+        contest(&server, peak, b_rate, &b_alone, duration, "at_peak_12").await;
+    let b_alone_after = named(
+        paced(&server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration).await,
+        "tenants_b_alone_after",
+    );
     Ok(NoisyNeighbourReport {
         peak_creates_per_second: peak,
         limiter_cost_ratio,
@@ -110,6 +141,8 @@ pub async fn run(
         b_alone,
         with_a_limited,
         with_a_at_peak,
+        with_a_at_peak_fewer_at_once,
+        b_alone_after,
     })
 }
 
@@ -122,10 +155,12 @@ async fn contest(
     label: &str,
 ) -> Contest {
     let a_offered = peak * 10.0;
+    let cpu_before = server.cpu_seconds();
     let (a, b) = tokio::join!(
         paced(server, A_TOKEN, A_CONNECTIONS, Some(a_offered), duration),
         paced(server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration),
     );
+    let cpu = server.cpu_seconds() - cpu_before;
     let a_timeouts = a.slow;
     let (a, b) = (
         named(a, &format!("tenants_a_{label}")),
@@ -138,6 +173,7 @@ async fn contest(
         b_p99_factor: b.p99_ms / b_alone.p99_ms,
         served_over_peak: (created(&a) + created(&b)) / seconds / peak,
         a_timeouts,
+        api_cpu_us_per_answer: cpu * 1e6 / (a.requests + b.requests).max(1) as f64,
         a,
         b,
     }
@@ -149,16 +185,18 @@ fn named(measured: Measured, name: &str) -> Workload {
     workload
 }
 
-/// Sets A's own rate (0: unlimited) and waits until the API answers under it.
+/// Sets a merchant's own limits (0: unlimited) and waits until the API answers under them.
 async fn set_limits(
     api_bin: &Path,
     database_url: &str,
     server: &ApiProcess,
+    merchant: &'static str,
     rate: u32,
     concurrency: u32,
 ) -> anyhow::Result<()> {
+    let token = if merchant == A { A_TOKEN } else { B_TOKEN };
     let output = Command::new(api_bin)
-        .args(["limits", "set", "--merchant", A_MERCHANT, "--rate"])
+        .args(["limits", "set", "--merchant", merchant, "--rate"])
         .arg(rate.to_string())
         .arg("--concurrency")
         .arg(concurrency.to_string())
@@ -170,7 +208,7 @@ async fn set_limits(
         String::from_utf8_lossy(&output.stderr)
     );
     let wanted = format!("\"rate\";q={rate};w=1");
-    let mut connection = HttpConnection::open_as(server.addr, A_TOKEN).await?;
+    let mut connection = HttpConnection::open_as(server.addr, token).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let policy = connection.policy_of("/v1/payment_intents?limit=1").await?;
@@ -219,14 +257,16 @@ async fn paced(
                 let interval = rate.map(|r| Duration::from_secs_f64(connections as f64 / r));
                 let mut next = Instant::now()
                     + interval.map_or(Duration::ZERO, |d| d.mul_f64(i as f64 / connections as f64));
-                let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(interval) = interval {
                         tokio::time::sleep_until(next.into()).await;
                         next += interval;
                     }
-                    let key = format!("noisy-{token}-{}-{i}-{n}", std::process::id());
-                    n += 1;
+                    let key = format!(
+                        "noisy-{token}-{}-{}",
+                        std::process::id(),
+                        crate::SEQUENCE.fetch_add(1, Ordering::Relaxed)
+                    );
                     let t = Instant::now();
                     let result =
                         tokio::time::timeout(Duration::from_secs(30), connection.post(Some(&key)))
@@ -273,7 +313,9 @@ impl HttpConnection {
             .request(hyper::Method::GET, path)
             .body(http_body_util::Full::new(bytes::Bytes::new()))?;
         if self.sender.is_closed() {
-            *self = Self::open_as(self.addr, A_TOKEN).await?;
+            let authorization = self.authorization.clone();
+            *self = Self::open(self.addr).await?;
+            self.authorization = authorization;
         }
         self.sender.ready().await?;
         let response = self.sender.send_request(request).await?;

@@ -21,6 +21,7 @@ use crate::{
     config::LogFormat,
     error::{ApiError, RenderedError},
     idempotency::{IdempotencyOutcome, OutcomeKind},
+    tenants::RefusedByLimits,
 };
 
 /// Keeps the log writer thread alive; dropping it flushes the lines still queued.
@@ -101,6 +102,10 @@ pub struct AccessLogLine;
 
 impl<B> OnResponse<B> for AccessLogLine {
     fn on_response(self, response: &Response<B>, latency: Duration, _span: &Span) {
+        // Summarized by the limiter instead: a runaway loop must not flood the log.
+        if response.extensions().get::<RefusedByLimits>().is_some() {
+            return;
+        }
         if let Some(RenderedError(error)) = response.extensions().get::<RenderedError>() {
             log_cause(error);
         }

@@ -5,8 +5,11 @@
 use std::{
     fmt::Write as _,
     num::NonZeroU32,
-    sync::{Arc, RwLock},
-    time::Duration,
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -35,7 +38,14 @@ struct MerchantState {
     allowance: Allowance,
     rate: Option<Bucket>,
     in_flight: Option<Arc<Semaphore>>,
+    /// Refusals since the last summary in the log, and when that was: a runaway loop is logged
+    /// as one line per merchant every [`SUMMARY_EVERY`], not one line per refused request.
+    refused: AtomicU64,
+    summarized_at: Mutex<Instant>,
 }
+
+/// How often a merchant's refusals are summarized in the log while they go on.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 impl MerchantState {
     fn new(allowance: Allowance) -> Self {
@@ -47,7 +57,21 @@ impl MerchantState {
             in_flight: allowance
                 .concurrency_share()
                 .map(|share| Arc::new(Semaphore::new(share.get() as usize))),
+            refused: AtomicU64::new(0),
+            // The first refusal is logged at once.
+            summarized_at: Mutex::new(Instant::now() - SUMMARY_EVERY),
         }
+    }
+
+    /// Counts a refusal; the refusals to log now, if a summary is due.
+    fn refusal_to_report(&self) -> Option<u64> {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let mut at = self.summarized_at.try_lock().ok()?;
+        if at.elapsed() < SUMMARY_EVERY {
+            return None;
+        }
+        *at = Instant::now();
+        Some(self.refused.swap(0, Ordering::Relaxed))
     }
 }
 
@@ -89,7 +113,14 @@ pub struct Refusal {
     pub reason: Reason,
     pub retry_after: Duration,
     headers: RateLimitHeaders,
+    /// Refusals of this merchant to summarize in the log now, if a summary is due.
+    report: Option<u64>,
 }
+
+/// On a 429 the merchant's limits gave: the access log leaves it out, since a runaway loop's
+/// refusals are summarized once per merchant every few seconds instead.
+#[derive(Debug, Clone, Copy)]
+pub struct RefusedByLimits;
 
 impl Limiter {
     pub fn new(defaults: MerchantLimits) -> Self {
@@ -149,6 +180,7 @@ impl Limiter {
                         reason: Reason::Concurrency,
                         retry_after: Duration::from_secs(1),
                         headers,
+                        report: state.refusal_to_report(),
                     });
                 }
             },
@@ -164,6 +196,7 @@ impl Limiter {
                         reason: Reason::Rate,
                         retry_after,
                         headers,
+                        report: state.refusal_to_report(),
                     });
                 }
             }
@@ -200,6 +233,15 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
                 "reason" => refusal.reason.as_str(),
             )
             .increment(1);
+            if let Some(refused) = refusal.report {
+                tracing::warn!(
+                    merchant = merchant.as_str(),
+                    refused,
+                    reason = refusal.reason.as_str(),
+                    "requests refused by the merchant's limits (summarized every {} s while it lasts)",
+                    SUMMARY_EVERY.as_secs()
+                );
+            }
             let mut response = ApiError::RateLimited {
                 retry_after_seconds: whole_seconds(refusal.retry_after),
                 reason: match refusal.reason {
@@ -209,6 +251,7 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
             }
             .into_response();
             refusal.headers.write(response.headers_mut());
+            response.extensions_mut().insert(RefusedByLimits);
             response
         }
     }

@@ -12,7 +12,7 @@ pub mod limiter;
 pub mod policy;
 pub mod registry;
 
-pub use limiter::{Limiter, limit};
+pub use limiter::{Limiter, RefusedByLimits, limit};
 pub use policy::{Allowance, OwnLimits, Policy};
 pub use registry::RegistryWorker;
 
