@@ -22,6 +22,8 @@ const RETRY_TIMEOUT: u64 = 4;
 
 pub struct PatroniCluster {
     dir: PathBuf,
+    /// Where the cluster's logs are kept when it is dropped.
+    logs: PathBuf,
     etcd_port: u16,
     etcd: Option<Child>,
     pub nodes: Vec<Node>,
@@ -42,7 +44,7 @@ pub struct Node {
 impl PatroniCluster {
     /// Starts etcd, three Patroni nodes (the first to win bootstraps, the others clone it), and
     /// HAProxy; returns once a leader takes writes and a synchronous standby is streaming.
-    pub async fn start_new(base_port: u16) -> anyhow::Result<Self> {
+    pub async fn start_new(base_port: u16, logs: &Path) -> anyhow::Result<Self> {
         for tool in ["patroni", "etcd", "haproxy"] {
             if which(tool).is_none() {
                 bail!(
@@ -76,6 +78,7 @@ impl PatroniCluster {
             .collect();
         let mut cluster = Self {
             dir,
+            logs: logs.to_owned(),
             etcd_port: base_port + 20,
             etcd: None,
             nodes,
@@ -386,6 +389,15 @@ impl Drop for PatroniCluster {
                 && let Some(pid) = pid.lines().next()
             {
                 let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            }
+        }
+        // The cluster's own logs (etcd, Patroni, PostgreSQL, HAProxy) stay with the run's.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "log") {
+                    let _ = std::fs::copy(&path, self.logs.join(entry.file_name()));
+                }
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -169,15 +169,7 @@ async fn tokens_are_stored_only_as_hashes() {
 
 /// `payments-api api-keys …` as an operator runs it against the app's database.
 fn api_keys(app: &TestApp, args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
-        .arg("api-keys")
-        .args(args)
-        .env("DATABASE_URL", &app.database_url)
-        .output()
-        .expect("run payments-api");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text.trim().to_owned())
+    app.command(&[&["api-keys"], args].concat())
 }
 
 /// Waits until `token` gets `status` from `app` (a replica forgets a known key within a second).

@@ -23,15 +23,7 @@ fn limits(rate_per_second: u32, concurrency: u32) -> impl FnOnce(&mut Settings) 
 
 /// `payments-api limits …` against the app's database: (success, what it printed).
 fn limits_command(app: &TestApp, args: &[&str]) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
-        .arg("limits")
-        .args(args)
-        .env("DATABASE_URL", &app.database_url)
-        .output()
-        .expect("run payments-api");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text.trim().to_owned())
+    app.command(&[&["limits"], args].concat())
 }
 
 /// Past its rate a merchant gets 429 `rate_limited` with `Retry-After` and the IETF headers, and

@@ -246,6 +246,19 @@ impl TestApp {
         .unwrap()
     }
 
+    /// Runs the `payments-api` binary with `args` against this app's database: whether it
+    /// succeeded, and what it printed.
+    pub fn command(&self, args: &[&str]) -> (bool, String) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .args(args)
+            .env("DATABASE_URL", &self.database_url)
+            .output()
+            .expect("run payments-api");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text.trim().to_owned())
+    }
+
     /// Polls the database until `condition` (a boolean SQL expression) holds: awaiting a state,
     /// not sleeping for a guessed time. Panics after 30 s.
     pub async fn wait_until(&self, what: &str, condition_sql: &str) {
