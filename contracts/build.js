@@ -1,7 +1,9 @@
 // Builds the contract artifacts the Rust code and the tests use, into build/:
 //   1. src/DevnetUSD.sol, our devnet token, with the pinned solc 0.8.28 and OpenZeppelin 5.4.0,
 //      into build/DevnetUSD.json (contractName, compiler, abi, bytecode); src/OwnedWallet.sol, the
-//      ERC-1271 wallet the tests pay from, the same way into build/OwnedWallet.json.
+//      ERC-1271 wallet the tests pay from, the same way into build/OwnedWallet.json; likewise
+//      src/DepositForwarder.sol (deposit addresses: the forwarder and its CREATE2 factory) and
+//      src/test/ (tokens that misbehave, for the tests).
 //   2. Circle's USDC, vendored unmodified in vendor/stablecoin-evm/ (see its README.md), with the
 //      pinned solc 0.6.12 (npm alias solc-0.6.12) and OpenZeppelin 3.4.2 (npm alias
 //      @openzeppelin/contracts-3.4.2), into build/FiatTokenV2_2.json, build/SignatureChecker.json and
@@ -60,6 +62,12 @@ function buildOwn(source, name) {
 }
 buildOwn(source, "DevnetUSD");
 buildOwn("src/OwnedWallet.sol", "OwnedWallet");
+// Deposit addresses: the forwarder and the factory whose CREATE2 addresses they are.
+buildOwn("src/DepositForwarder.sol", "DepositForwarder");
+buildOwn("src/DepositForwarder.sol", "DepositForwarderFactory");
+// Tokens that misbehave, for the tests: no return value (as USDT), a fee on transfer.
+buildOwn("src/test/NoReturnToken.sol", "NoReturnToken");
+buildOwn("src/test/FeeToken.sol", "FeeToken");
 
 // Circle's FiatTokenV2_2 (USDC), its external library SignatureChecker and FiatTokenProxy.
 // Source unit names are the paths in Circle's repository (contracts/...), so the library

@@ -47,8 +47,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "already deployed"
             };
             println!(
-                "devnet token {what} at {}, USDC at {}, on {rpc_url}",
-                devnet.token, devnet.usdc
+                "devnet token {what} at {}, USDC at {}, deposit factory at {}, on {rpc_url}",
+                devnet.token, devnet.usdc, devnet.deposit_factory
             );
             Ok(())
         }

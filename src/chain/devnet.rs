@@ -3,8 +3,8 @@
 //! `0x5FbDB2315678afecb367f032d93F642f64180aa3`, minting 1 000 000 tokens to each of the next three
 //! accounts in the constructor: one transaction, so it happens entirely or not at all. Then
 //! Circle's FiatTokenV2_2 is deployed behind its proxy at `0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba`
-//! (`fiat_token`), minting the same to the same accounts. A second run finds both and changes
-//! nothing.
+//! (`fiat_token`), minting the same to the same accounts, and the factory of deposit addresses
+//! (`deposit`) by anvil's sixth account. A second run finds all three and changes nothing.
 
 use alloy::{
     network::EthereumWallet,
@@ -32,6 +32,8 @@ pub const MINTED_EACH: u64 = 1_000_000_000_000;
 pub struct Devnet {
     pub token: Address,
     pub usdc: Address,
+    /// The factory of deposit addresses (`chain::deposit`).
+    pub deposit_factory: Address,
     pub deployed_now: bool,
 }
 
@@ -54,10 +56,12 @@ pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
     let usdc = super::fiat_token::deploy(rpc_url, &holders, MINTED_EACH)
         .await
         .context("deploying USDC (FiatTokenV2_2)")?;
+    let factory = super::deposit::deploy_devnet_factory(rpc_url).await?;
     Ok(Devnet {
         token,
         usdc: super::fiat_token::address(),
-        deployed_now: devnet_usd || usdc,
+        deposit_factory: super::deposit::devnet_factory(),
+        deployed_now: devnet_usd || usdc || factory,
     })
 }
 

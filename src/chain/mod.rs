@@ -7,10 +7,12 @@
 //! - `rpc`: a provider per chain, with timeouts, and how its failures read
 //! - `token`: the token's ABI (from the committed artifact), its EIP-712 domain
 //! - `authorization`: the typed data a payer signs, its digest, signature checks, calldata
-//! - `devnet`: `payments-api devnet`, the devnet token and USDC deployed on anvil
+//! - `deposit`: deposit addresses, the CREATE2 address of an intent's forwarder, and its factory
+//! - `devnet`: `payments-api devnet`, the devnet token, USDC and the deposit factory on anvil
 //! - `fiat_token`: Circle's USDC (FiatTokenV2_2 behind its proxy), built from Circle's source
 
 pub mod authorization;
+pub mod deposit;
 pub mod devnet;
 pub mod fiat_token;
 pub mod follower;

@@ -4,6 +4,7 @@
 mod auth_and_scope;
 mod checkout;
 mod crash;
+mod deposits;
 mod events;
 mod helpers;
 mod idempotency;
