@@ -62,12 +62,12 @@ pub struct Authenticator {
     known: moka::sync::Cache<[u8; 32], KeyOwner>,
 }
 
-/// Who a known token belongs to, and the key's name for metrics.
-#[derive(Debug, Clone)]
+/// Who a known token belongs to, and the counter of the key's uses: registered once per lookup,
+/// so a request that finds its key remembered counts its use without building a metric key.
+#[derive(Clone)]
 struct KeyOwner {
     merchant: MerchantId,
-    /// `None` for a key made before keys had prefixes.
-    prefix: Option<String>,
+    uses: metrics::Counter,
 }
 
 /// `api_key_requests_total{prefix}`: requests authenticated by each key, named by its prefix
@@ -112,7 +112,10 @@ impl Authenticator {
         .await?
         .map(|row| KeyOwner {
             merchant: MerchantId(row.merchant_id),
-            prefix: row.prefix,
+            uses: metrics::counter!(
+                API_KEY_REQUESTS,
+                "prefix" => row.prefix.unwrap_or_else(|| "none".to_owned())
+            ),
         });
         if let Some(owner) = &owner {
             self.known.insert(hash, owner.clone());
@@ -142,9 +145,8 @@ pub async fn require_merchant(
         return ApiError::Unauthorized.into_response();
     };
     match auth.owner(token).await {
-        Ok(Some(KeyOwner { merchant, prefix })) => {
-            let prefix = prefix.unwrap_or_else(|| "none".to_owned());
-            metrics::counter!(API_KEY_REQUESTS, "prefix" => prefix).increment(1);
+        Ok(Some(KeyOwner { merchant, uses })) => {
+            uses.increment(1);
             request
                 .extensions_mut()
                 .insert(Scope::new(merchant.as_str()));

@@ -42,14 +42,27 @@ struct MerchantState {
     /// as one line per merchant every [`SUMMARY_EVERY`], not one line per refused request.
     refused: AtomicU64,
     summarized_at: Mutex<Instant>,
+    /// `rate_limited_requests_total{merchant,reason}` for this merchant, registered once: a
+    /// runaway loop is refused thousands of times a second.
+    refused_for_rate: metrics::Counter,
+    refused_for_concurrency: metrics::Counter,
 }
 
 /// How often a merchant's refusals are summarized in the log while they go on.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 impl MerchantState {
-    fn new(allowance: Allowance) -> Self {
+    fn new(merchant: &str, allowance: Allowance) -> Self {
+        let refused = |reason: Reason| {
+            metrics::counter!(
+                RATE_LIMITED,
+                "merchant" => merchant.to_owned(),
+                "reason" => reason.as_str(),
+            )
+        };
         Self {
+            refused_for_rate: refused(Reason::Rate),
+            refused_for_concurrency: refused(Reason::Concurrency),
             allowance,
             rate: allowance
                 .rate_share()
@@ -64,7 +77,11 @@ impl MerchantState {
     }
 
     /// Counts a refusal; the refusals to log now, if a summary is due.
-    fn refusal_to_report(&self) -> Option<u64> {
+    fn refusal_to_report(&self, reason: Reason) -> Option<u64> {
+        match reason {
+            Reason::Rate => self.refused_for_rate.increment(1),
+            Reason::Concurrency => self.refused_for_concurrency.increment(1),
+        }
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut at = self.summarized_at.try_lock().ok()?;
         if at.elapsed() < SUMMARY_EVERY {
@@ -151,13 +168,13 @@ impl Limiter {
 
     fn state(&self, merchant: &str) -> Arc<MerchantState> {
         let allowance = self.policy().allowance(merchant);
-        let state = self
-            .merchants
-            .get_with_by_ref(merchant, || Arc::new(MerchantState::new(allowance)));
+        let state = self.merchants.get_with_by_ref(merchant, || {
+            Arc::new(MerchantState::new(merchant, allowance))
+        });
         if state.allowance == allowance {
             return state;
         }
-        let fresh = Arc::new(MerchantState::new(allowance));
+        let fresh = Arc::new(MerchantState::new(merchant, allowance));
         self.merchants.insert(merchant.to_owned(), fresh.clone());
         fresh
     }
@@ -180,7 +197,7 @@ impl Limiter {
                         reason: Reason::Concurrency,
                         retry_after: Duration::from_secs(1),
                         headers,
-                        report: state.refusal_to_report(),
+                        report: state.refusal_to_report(Reason::Concurrency),
                     });
                 }
             },
@@ -196,7 +213,7 @@ impl Limiter {
                         reason: Reason::Rate,
                         retry_after,
                         headers,
-                        report: state.refusal_to_report(),
+                        report: state.refusal_to_report(Reason::Rate),
                     });
                 }
             }
@@ -227,12 +244,6 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
             response
         }
         Err(refusal) => {
-            metrics::counter!(
-                RATE_LIMITED,
-                "merchant" => merchant.as_str().to_owned(),
-                "reason" => refusal.reason.as_str(),
-            )
-            .increment(1);
             if let Some(refused) = refusal.report {
                 tracing::warn!(
                     merchant = merchant.as_str(),
