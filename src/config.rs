@@ -28,7 +28,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API (the default when no command is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create the database if it is missing and apply the migrations, then exit.
     Migrate(DatabaseArgs),
     /// Manage API keys.
@@ -241,6 +241,17 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAYER_BATCH", default_value_t = 500)]
     pub relayer_batch: u32,
 
+    /// The deposit-address factory (`contracts/src/DepositForwarder.sol`) on each chain that
+    /// offers `payment_method: deposit_address`: "evm:<chain id>=<address>[,...]". A chain
+    /// without one takes authorization intents only.
+    #[arg(long, env = "DEPOSIT_FACTORIES")]
+    pub deposit_factories: Option<String>,
+
+    /// How much less than its amount a deposit intent may receive and still succeed, in basis
+    /// points of the amount (0 to 9999; 0: the whole amount must arrive).
+    #[arg(long, env = "DEPOSIT_UNDERPAYMENT_TOLERANCE_BPS", default_value_t = 0)]
+    pub deposit_underpayment_tolerance_bps: u32,
+
     /// Connections of the background work's own pool (webhook delivery, sweepers, relayer,
     /// listener, `/readyz`), apart from the requests' `DB_MAX_CONNECTIONS`.
     #[arg(long, env = "DB_BACKGROUND_CONNECTIONS", default_value_t = 8)]
@@ -322,6 +333,8 @@ pub struct SettlementSettings {
     pub replace_after_blocks: u64,
     /// Submissions a relayer key looks at per round, of each state.
     pub relayer_batch: u32,
+    /// Basis points of its amount a deposit intent may fall short by and still succeed.
+    pub underpayment_tolerance_bps: u32,
 }
 
 impl SettlementSettings {
@@ -333,6 +346,7 @@ impl SettlementSettings {
             relayer_private_key: None,
             replace_after_blocks: 3,
             relayer_batch: 500,
+            underpayment_tolerance_bps: 0,
         }
     }
 
@@ -358,6 +372,10 @@ impl std::fmt::Debug for SettlementSettings {
             )
             .field("replace_after_blocks", &self.replace_after_blocks)
             .field("relayer_batch", &self.relayer_batch)
+            .field(
+                "underpayment_tolerance_bps",
+                &self.underpayment_tolerance_bps,
+            )
             .finish()
     }
 }
@@ -369,6 +387,8 @@ pub struct ChainEndpoint {
     pub name: String,
     pub id: u64,
     pub rpc_url: url::Url,
+    /// The deposit-address factory here, if this chain offers deposit addresses.
+    pub deposit_factory: Option<alloy::primitives::Address>,
 }
 
 /// Parses `evm:<chain id>=<rpc url>[,...]`; blanks around entries are ignored.
@@ -394,7 +414,30 @@ pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
             name: name.to_owned(),
             id,
             rpc_url,
+            deposit_factory: None,
         });
+    }
+    Ok(chains)
+}
+
+/// `chains` with the factories of `DEPOSIT_FACTORIES` ("evm:<chain id>=<address>[,...]"), each
+/// for a chain of `CHAINS`.
+pub fn with_deposit_factories(
+    mut chains: Vec<ChainEndpoint>,
+    spec: &str,
+) -> anyhow::Result<Vec<ChainEndpoint>> {
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, address) = entry.split_once('=').with_context(|| {
+            format!("DEPOSIT_FACTORIES entry {entry:?} must look like evm:<chain id>=<address>")
+        })?;
+        let chain = chains
+            .iter_mut()
+            .find(|c| c.name == name.trim())
+            .with_context(|| format!("DEPOSIT_FACTORIES names {name}, which CHAINS does not"))?;
+        let factory = address.trim().parse().ok().with_context(|| {
+            format!("DEPOSIT_FACTORIES: the factory of {name} must be 0x + 40 hex digits")
+        })?;
+        chain.deposit_factory = Some(factory);
     }
     Ok(chains)
 }
@@ -492,12 +535,21 @@ impl ServeArgs {
                 deliver: self.webhook_delivery,
             },
             settlement: SettlementSettings {
-                chains: parse_chains(self.chains.as_deref().unwrap_or(""))?,
+                chains: with_deposit_factories(
+                    parse_chains(self.chains.as_deref().unwrap_or(""))?,
+                    self.deposit_factories.as_deref().unwrap_or(""),
+                )?,
                 confirmations: self.chain_confirmations.max(1),
                 poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
                 relayer_private_key: self.relayer_private_key.clone(),
                 replace_after_blocks: self.relayer_replace_after_blocks.max(1),
                 relayer_batch: self.relayer_batch.clamp(1, 10_000),
+                underpayment_tolerance_bps: match self.deposit_underpayment_tolerance_bps {
+                    bps @ 0..=9_999 => bps,
+                    bps => {
+                        bail!("DEPOSIT_UNDERPAYMENT_TOLERANCE_BPS must be below 10000, got {bps}")
+                    }
+                },
             },
         })
     }
@@ -571,6 +623,22 @@ mod tests {
             assert!(parse_chains(bad).is_err(), "{bad}");
         }
         assert!(parse_chains("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn deposit_factories_belong_to_served_chains() {
+        let chains = || parse_chains("evm:31337=http://127.0.0.1:8545, evm:1=https://x").unwrap();
+        let factory = "0x0116686E2291dbd5e317F47faDBFb43B599786Ef";
+        let with = with_deposit_factories(chains(), &format!("evm:31337={factory}")).unwrap();
+        assert_eq!(with[0].deposit_factory, Some(factory.parse().unwrap()));
+        assert_eq!(with[1].deposit_factory, None);
+        for bad in [
+            format!("evm:5={factory}"),
+            "evm:31337=0x1234".to_owned(),
+            factory.to_owned(),
+        ] {
+            assert!(with_deposit_factories(chains(), &bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   the payment watch
 //! - [`refunds`]: money paid back to an intent's payer, signed by the merchant, through the same
 //!   outbox, relayer and follower
+//! - [`deposits`]: intents paid by plain transfers to an address of their own, watched, counted
+//!   and swept to the merchant through the same follower, relayer and ledger
 //! - [`checkout`]: the page a payer opens from an intent's `checkout_url`, and its API, opened
 //!   by the intent's client secret
 //! - [`x402`]: payments-api as an x402 facilitator (`/x402/supported`, `/x402/verify`)
@@ -34,6 +36,7 @@ pub mod checkout;
 pub mod config;
 pub mod db;
 pub mod deadline;
+pub mod deposits;
 pub mod error;
 pub mod events;
 pub mod extract;

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         None => serve(cli.serve).await,
-        Some(Command::Serve(args)) => serve(args).await,
+        Some(Command::Serve(args)) => serve(*args).await,
         Some(Command::Migrate(database)) => {
             let _logs = telemetry::init(LogFormat::Pretty);
             db::migrate(database.url()?).await?;
@@ -74,13 +74,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             println!(
-                "{chain}: {} payments booked, {} paid on chain up to block {}, {} refunds booked, {} refunded on chain, {} other transfers to or from merchant addresses",
+                "{chain}: {} payments booked, {} paid on chain up to block {}, {} refunds booked, {} refunded on chain, {} other transfers to or from merchant addresses, {} deposit-address transfers booked, {} on chain",
                 report.booked,
                 report.paid_on_chain,
                 report.up_to_block,
                 report.refunds_booked,
                 report.refunded_on_chain,
-                report.unrelated_transfers
+                report.unrelated_transfers,
+                report.deposit_transfers_booked,
+                report.deposit_transfers_on_chain
             );
             for burned in &report.burned_nonces {
                 println!("BURNED {burned}");

@@ -13,8 +13,8 @@ use tokio::net::TcpListener;
 use crate::{
     auth,
     checkout::{self, changes::ChangesWorker},
-    config::{Settings, WebhookSettings},
-    db, http, refunds,
+    config::{Settings, SettlementSettings, WebhookSettings},
+    db, deposits, http, refunds,
     settlement::{self, outbox},
     sweeper::SweepWorker,
     tenants::{self, RegistryWorker},
@@ -174,7 +174,7 @@ impl Application {
             &self.settlement,
             std::mem::take(&mut self.relayer_keys),
             submission_kinds(),
-            chain_watch(),
+            chain_watch(&self.settlement.settings),
         );
     }
 }
@@ -184,12 +184,19 @@ pub fn submission_kinds() -> outbox::Kinds {
     outbox::Kinds::new(vec![
         Arc::new(settlement::payments::IntentPayment),
         Arc::new(refunds::payments::RefundPayment),
+        Arc::new(deposits::sweep::DepositSweep),
     ])
 }
 
 /// What the chain follower looks for: every way to pay's watch, on one cursor per chain.
-pub fn chain_watch() -> impl crate::chain::follower::Watch + Clone {
-    (settlement::watch::PaymentWatch, refunds::watch::RefundWatch)
+pub fn chain_watch(settings: &SettlementSettings) -> impl crate::chain::follower::Watch + Clone {
+    let deposits = deposits::watch::DepositWatch {
+        underpayment_tolerance_bps: settings.underpayment_tolerance_bps,
+    };
+    (
+        (settlement::watch::PaymentWatch, refunds::watch::RefundWatch),
+        deposits,
+    )
 }
 
 /// Checks both pools' idle connections (`db::Pool::check_idle`).

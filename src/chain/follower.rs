@@ -94,6 +94,25 @@ pub trait Watch: Send + Sync + 'static {
         log: &Log,
     ) -> impl Future<Output = Result<Option<Observed>, FollowError>> + Send;
 
+    /// What each of `logs` means, in their order: one [`Watch::observe`] per log unless the
+    /// watch matches many logs with one query (a block of transfers against every deposit
+    /// address, in one indexed lookup).
+    fn observe_all(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        logs: &[Log],
+    ) -> impl Future<Output = Result<Vec<Option<Observed>>, FollowError>> + Send {
+        async move {
+            let mut observed = Vec::with_capacity(logs.len());
+            for log in logs {
+                observed.push(self.observe(conn, chain, node, log).await?);
+            }
+            Ok(observed)
+        }
+    }
+
     /// The state change of a confirmed observation, in `tx` (which also marks it applied); the
     /// outcome names it in `settlements_total`.
     fn apply(
@@ -151,6 +170,23 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
             Some(observed) => Ok(Some(observed)),
             None => self.1.observe(conn, chain, node, log).await,
         }
+    }
+
+    async fn observe_all(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        logs: &[Log],
+    ) -> Result<Vec<Option<Observed>>, FollowError> {
+        let mut observed = self.0.observe_all(conn, chain, node, logs).await?;
+        let left: Vec<usize> = (0..logs.len()).filter(|&i| observed[i].is_none()).collect();
+        let rest: Vec<Log> = left.iter().map(|&i| logs[i].clone()).collect();
+        let second = self.1.observe_all(conn, chain, node, &rest).await?;
+        for (i, seen) in left.into_iter().zip(second) {
+            observed[i] = seen;
+        }
+        Ok(observed)
     }
 
     async fn apply(
@@ -510,18 +546,18 @@ impl<W: Watch> Follower<W> {
         if from < until && header(&self.node, until).await?.map(|h| h.hash) != Some(last.hash) {
             return Ok(None);
         }
+        logs.retain(|(_, log)| {
+            log.transaction_hash.is_some() && log.log_index.is_some() && !log.removed
+        });
+        let (numbers, logs): (Vec<u64>, Vec<Log>) = logs.into_iter().unzip();
+        let seen = self
+            .watch
+            .observe_all(conn, &self.chain, &self.node, &logs)
+            .await?;
         let mut observations = Vec::new();
-        for (number, log) in logs {
-            let (Some(tx_hash), Some(log_index)) = (log.transaction_hash, log.log_index) else {
-                continue;
-            };
-            if log.removed {
-                continue;
-            }
-            let Some(observed) = self
-                .watch
-                .observe(conn, &self.chain, &self.node, &log)
-                .await?
+        for ((number, log), observed) in numbers.into_iter().zip(logs).zip(seen) {
+            let (Some(tx_hash), Some(log_index), Some(observed)) =
+                (log.transaction_hash, log.log_index, observed)
             else {
                 continue;
             };
@@ -559,28 +595,37 @@ impl<W: Watch> Follower<W> {
         for block in blocks.values() {
             store_block(&mut tx, self.chain.id, block).await?;
         }
+        // One statement for all of them: a block may hold a thousand deposits.
+        let column = |f: fn(&Observation) -> String| observations.iter().map(f).collect::<Vec<_>>();
+        sqlx::query!(
+            r#"
+            INSERT INTO chain_observations
+                (chain_id, transaction_hash, log_index, block_number, block_hash, block_timestamp,
+                 kind, subject, payload)
+            SELECT $1, o.transaction_hash, o.log_index, o.block_number, o.block_hash, o.block_timestamp,
+                   o.kind, o.subject, o.payload::jsonb
+              FROM unnest($2::text[], $3::int[], $4::bigint[], $5::text[], $6::bigint[], $7::text[],
+                          $8::text[], $9::text[])
+                   AS o (transaction_hash, log_index, block_number, block_hash, block_timestamp, kind,
+                         subject, payload)
+            ON CONFLICT DO NOTHING
+            "#,
+            chain_id,
+            &column(|o| o.transaction_hash.clone()),
+            &observations.iter().map(|o| o.log_index).collect::<Vec<_>>(),
+            &observations.iter().map(|o| o.block_number).collect::<Vec<_>>(),
+            &observations
+                .iter()
+                .map(|o| blocks[&(o.block_number as u64)].hash.to_string())
+                .collect::<Vec<_>>(),
+            &observations.iter().map(|o| o.block_timestamp).collect::<Vec<_>>(),
+            &column(|o| o.kind.clone()),
+            &column(|o| o.subject.clone()),
+            &column(|o| o.payload.to_string()),
+        )
+        .execute(&mut *tx)
+        .await?;
         for o in &observations {
-            let block_hash = blocks[&(o.block_number as u64)].hash.to_string();
-            sqlx::query!(
-                r#"
-                INSERT INTO chain_observations
-                    (chain_id, transaction_hash, log_index, block_number, block_hash, block_timestamp,
-                     kind, subject, payload)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                ON CONFLICT DO NOTHING
-                "#,
-                chain_id,
-                o.transaction_hash,
-                o.log_index,
-                o.block_number,
-                block_hash,
-                o.block_timestamp,
-                o.kind,
-                o.subject,
-                Json(&o.payload) as _,
-            )
-            .execute(&mut *tx)
-            .await?;
             tracing::info!(chain = %self.chain.name, kind = %o.kind, subject = %o.subject, tx = %o.transaction_hash, block = o.block_number, "observed on chain");
         }
         tx.commit().await?;

@@ -5,7 +5,10 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::intents::{domain::IntentId, state::IntentState};
+use crate::intents::{
+    domain::{IntentId, PaymentMethod},
+    state::IntentState,
+};
 
 /// An intent as its checkout page shows it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -23,8 +26,14 @@ pub struct CheckoutView {
     pub chain: String,
     pub chain_id: u64,
     pub token: String,
-    /// The address that must sign.
-    pub payer: String,
+    /// The address that must sign; none for a `deposit_address` intent.
+    pub payer: Option<String>,
+    /// `authorization` or `deposit_address`.
+    pub payment_method: PaymentMethod,
+    /// Where to send the token, for a `deposit_address` intent.
+    pub deposit_address: Option<String>,
+    /// What confirmed transfers to `deposit_address` brought so far, token base units.
+    pub amount_received: String,
     /// The address paid.
     pub merchant: String,
     /// The merchant's display name (its setting), else its id.
@@ -46,7 +55,10 @@ struct Row {
     amount: String,
     chain: String,
     token: String,
-    payer: String,
+    payer: Option<String>,
+    payment_method: PaymentMethod,
+    deposit_address: Option<String>,
+    amount_received: String,
     payee: String,
     merchant_name: String,
     expires_at: OffsetDateTime,
@@ -69,7 +81,8 @@ pub async fn find(
         Row,
         r#"
         SELECT p.id, p.state AS "state: IntentState", p.version, p.amount::text AS "amount!", p.chain, p.token,
-               p.payer, p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
+               p.payer, p.payment_method AS "payment_method: PaymentMethod", p.deposit_address,
+               p.amount_received::text AS "amount_received!", p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
                p.cancellation_reason, p.failure_reason, p.pending_reason,
                p.settlement->>'transaction_hash' AS transaction_hash,
                t.symbol AS "symbol?", t.decimals AS "decimals?", t.address IS NOT NULL AS "read!"
@@ -100,6 +113,9 @@ pub async fn find(
             chain: r.chain,
             token: r.token,
             payer: r.payer,
+            payment_method: r.payment_method,
+            deposit_address: r.deposit_address,
+            amount_received: r.amount_received,
             merchant: r.payee,
             merchant_name: r.merchant_name,
             expires_at: r.expires_at,

@@ -72,24 +72,27 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings.request_timeout,
     );
     let authenticator = auth::Authenticator::new(pool.clone());
-    let api = intents::router(settings.settlement.chain_names(), &settings.public_base_url)
-        .merge(settlement::routes::router(chains.clone()))
-        .merge(refunds::router(chains.clone()))
-        .merge(merchants::router())
-        .merge(ledger::router())
-        .merge(idempotency::router())
-        .merge(events::router())
-        .merge(webhooks::router(pool.clone(), settings.webhooks))
-        .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
-        .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
-        .route_layer(from_fn_with_state(
-            authenticator.clone(),
-            auth::require_merchant,
-        ))
-        .route_layer(from_fn_with_state(
-            settings.request_timeout,
-            deadline::enforce,
-        ));
+    let api = intents::router(
+        settings.settlement.chains.clone(),
+        &settings.public_base_url,
+    )
+    .merge(settlement::routes::router(chains.clone()))
+    .merge(refunds::router(chains.clone()))
+    .merge(merchants::router())
+    .merge(ledger::router())
+    .merge(idempotency::router())
+    .merge(events::router())
+    .merge(webhooks::router(pool.clone(), settings.webhooks))
+    .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
+    .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
+    .route_layer(from_fn_with_state(
+        authenticator.clone(),
+        auth::require_merchant,
+    ))
+    .route_layer(from_fn_with_state(
+        settings.request_timeout,
+        deadline::enforce,
+    ));
     // The x402 facilitator: the merchant's key and limits, the deadline; only settle is
     // idempotent (`docs/x402.md`).
     let x402 = crate::x402::router(chains.clone(), idempotency.clone())

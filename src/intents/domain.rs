@@ -104,6 +104,18 @@ impl fmt::Debug for Address {
     }
 }
 
+impl From<Address> for alloy::primitives::Address {
+    fn from(address: Address) -> Self {
+        Self::from(address.0)
+    }
+}
+
+impl From<alloy::primitives::Address> for Address {
+    fn from(address: alloy::primitives::Address) -> Self {
+        Self(address.into_array())
+    }
+}
+
 impl TryFrom<String> for Address {
     type Error = String;
     fn try_from(raw: String) -> Result<Self, String> {
@@ -165,6 +177,29 @@ impl TryFrom<String> for Amount {
 impl From<Amount> for String {
     fn from(amount: Amount) -> String {
         amount.0
+    }
+}
+
+/// How an intent is paid (`docs/api.md`, "The intent"): `authorization`, an EIP-3009 transfer its
+/// payer signs (the default), or `deposit_address`, plain transfers of the token to an address of
+/// the intent's own (`docs/settlement.md`, "Deposit addresses").
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum PaymentMethod {
+    #[default]
+    Authorization,
+    DepositAddress,
+}
+
+impl PaymentMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Authorization => "authorization",
+            Self::DepositAddress => "deposit_address",
+        }
     }
 }
 

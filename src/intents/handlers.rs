@@ -15,20 +15,22 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata},
-    repo::{self, Expires, NewIntent, PaymentIntent, TransitionError},
+    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
+    repo::{self, Expires, NewIntent, PaidBy, PaymentIntent, TransitionError},
     state::{Action, Actor, IntentState},
 };
 use crate::{
     auth::MerchantId,
+    chain::deposit,
+    config::ChainEndpoint,
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
 };
 
-/// `settled_chains`: with settlement on, the only chains an intent may name; `public_base_url`:
-/// where checkout pages are.
-pub fn router(settled_chains: Vec<String>, public_base_url: &str) -> Router<Pool> {
+/// `settled_chains`: with settlement on, the only chains an intent may name (and their deposit
+/// factories); `public_base_url`: where checkout pages are.
+pub fn router(settled_chains: Vec<ChainEndpoint>, public_base_url: &str) -> Router<Pool> {
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/{id}", get(show))
@@ -43,7 +45,7 @@ pub struct PublicBaseUrl(Arc<str>);
 
 /// The chains settlement serves; empty when it is off.
 #[derive(Clone)]
-pub struct SettledChains(Arc<Vec<String>>);
+pub struct SettledChains(Arc<Vec<ChainEndpoint>>);
 
 /// The create request. Unknown fields are rejected: a misspelt `expires_in_secs` must
 /// not silently become the default.
@@ -56,9 +58,15 @@ pub struct CreateIntentRequest {
     /// The ERC-20 token contract: `0x` + 40 hex digits; mixed case must be a valid EIP-55 checksum.
     #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x5FbDB2315678afecb367f032d93F642f64180aa3")]
     pub token: Address,
-    /// The paying address.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8")]
-    pub payer: Address,
+    /// How the intent is paid: `authorization` (the default), an EIP-3009 transfer `payer`
+    /// signs, or `deposit_address`, plain transfers of the token to the intent's
+    /// `deposit_address` from anyone.
+    #[serde(default)]
+    pub payment_method: PaymentMethod,
+    /// The paying address: required for `authorization`, absent for `deposit_address`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8")]
+    pub payer: Option<Address>,
     /// The payee's address.
     #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")]
     pub merchant: Address,
@@ -95,24 +103,57 @@ pub async fn create(
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {
-    if !settled.is_empty() && !settled.iter().any(|c| c == request.chain.as_str()) {
+    let served = settled.iter().find(|c| c.name == request.chain.as_str());
+    if !settled.is_empty() && served.is_none() {
+        let names: Vec<&str> = settled.iter().map(|c| c.name.as_str()).collect();
         return Err(ApiError::InvalidRequest(format!(
             "chain: {} is not served here; served: {}",
             request.chain.as_str(),
-            settled.join(", ")
+            names.join(", ")
         )));
     }
+    let id = IntentId::generate();
+    let paid_by = match (request.payment_method, request.payer) {
+        (PaymentMethod::Authorization, Some(payer)) => PaidBy::Authorization { payer },
+        (PaymentMethod::Authorization, None) => {
+            return Err(ApiError::InvalidRequest(
+                "payer: required when payment_method is authorization".to_owned(),
+            ));
+        }
+        (PaymentMethod::DepositAddress, Some(_)) => {
+            return Err(ApiError::InvalidRequest(
+                "payer: must be absent when payment_method is deposit_address: whoever sends to the deposit address pays".to_owned(),
+            ));
+        }
+        (PaymentMethod::DepositAddress, None) => {
+            let factory = served.and_then(|c| c.deposit_factory).ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "payment_method: deposit_address is not offered on {}",
+                    request.chain.as_str()
+                ))
+            })?;
+            let address = deposit::forwarder_address(
+                factory,
+                request.merchant.into(),
+                request.token.into(),
+                deposit::intent_key(id.as_str()),
+            );
+            PaidBy::DepositAddress {
+                address: address.into(),
+            }
+        }
+    };
     let new = NewIntent {
         chain: request.chain,
         token: request.token,
-        payer: request.payer,
+        paid_by,
         payee: request.merchant,
         amount: request.amount,
         expires: Expires::In(request.expires_in_seconds.unwrap_or_default()),
         metadata: request.metadata,
         nonce: None,
     };
-    let intent = repo::insert(&mut tx, &merchant, &IntentId::generate(), &new, Some(&base)).await?;
+    let intent = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;
     Ok((

@@ -5,7 +5,7 @@ use sqlx::{Connection, PgConnection, types::Json};
 use time::OffsetDateTime;
 
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata},
+    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
     state::{self, Action, Actor, IntentState},
 };
 use crate::{
@@ -29,10 +29,17 @@ pub struct PaymentIntent {
     pub chain: String,
     /// EIP-55 checksummed.
     pub token: String,
-    /// EIP-55 checksummed.
-    pub payer: String,
+    /// EIP-55 checksummed; none for a `deposit_address` intent, which whoever sends to its
+    /// address pays.
+    pub payer: Option<String>,
     /// The payee's address, EIP-55 checksummed.
     pub merchant: String,
+    /// `authorization` (the payer signs an EIP-3009 transfer) or `deposit_address` (anyone sends
+    /// the token to `deposit_address`).
+    pub payment_method: PaymentMethod,
+    /// Where to send the token, for a `deposit_address` intent: an address of this intent alone,
+    /// from which the money can only go on to `merchant` (`docs/settlement.md`, "Deposit addresses").
+    pub deposit_address: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -53,6 +60,13 @@ pub struct PaymentIntent {
     /// paid anyway: the chain is the source of truth).
     #[schema(value_type = Option<Settlement>)]
     pub settlement: Option<Json<Settlement>>,
+    /// What confirmed transfers of its token to `deposit_address` brought, token base units
+    /// (always 0 for an `authorization` intent, whose `settlement` says it was paid).
+    #[schema(example = "0")]
+    pub amount_received: String,
+    /// What a paid `deposit_address` intent received beyond its amount.
+    #[schema(example = "0")]
+    pub amount_overpaid: String,
     /// What its refunds paid back so far (those confirmed on chain), token base units.
     #[schema(example = "0")]
     pub amount_refunded: String,
@@ -80,7 +94,7 @@ pub struct Settlement {
 pub struct NewIntent {
     pub chain: Chain,
     pub token: Address,
-    pub payer: Address,
+    pub paid_by: PaidBy,
     pub payee: Address,
     pub amount: Amount,
     pub expires: Expires,
@@ -88,6 +102,15 @@ pub struct NewIntent {
     /// The nonce its authorization carries: derived from its id, unless the payer chose it (an
     /// x402 payment, signed before the intent existed).
     pub nonce: Option<[u8; 32]>,
+}
+
+/// How a new intent is paid.
+#[derive(Debug, Clone, Copy)]
+pub enum PaidBy {
+    /// `payer` signs an EIP-3009 authorization.
+    Authorization { payer: Address },
+    /// Whoever sends the token to `address`, the intent's forwarder (`chain::deposit`).
+    DepositAddress { address: Address },
 }
 
 /// When a new intent expires.
@@ -112,23 +135,27 @@ pub async fn insert(
         Expires::In(after) => (f64::from(after.seconds()), None),
         Expires::At(at) => (0.0, Some(at)),
     };
+    let (method, payer, deposit_address) = match intent.paid_by {
+        PaidBy::Authorization { payer } => (PaymentMethod::Authorization, Some(payer), None),
+        PaidBy::DepositAddress { address } => (PaymentMethod::DepositAddress, None, Some(address)),
+    };
     let created = sqlx::query_as!(
         PaymentIntent,
         r#"
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
-                                     client_secret, checkout_url)
+                                     client_secret, checkout_url, payment_method, deposit_address)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
-                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11)
-        RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15)
+        RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
         "#,
         merchant.as_str(),
         id.as_str(),
         intent.amount.as_str(),
         intent.chain.as_str(),
         intent.token.to_checksum(),
-        intent.payer.to_checksum(),
+        payer.map(|payer| payer.to_checksum()),
         intent.payee.to_checksum(),
         expires_in,
         Json(&intent.metadata) as _,
@@ -136,9 +163,21 @@ pub async fn insert(
         id.client_secret(),
         checkout_base,
         expires_at,
+        method.as_str(),
+        deposit_address.map(|address| address.to_checksum()),
     )
     .fetch_one(&mut *conn)
     .await?;
+    if deposit_address.is_some() {
+        // The follower reads this token's transfers on this chain from now on.
+        sqlx::query!(
+            "INSERT INTO deposit_tokens (chain, token) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            intent.chain.as_str(),
+            intent.token.to_checksum(),
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     record_event(conn, merchant.as_str(), "payment_intent.created", &created).await?;
     Ok(created)
 }
@@ -168,9 +207,9 @@ pub async fn find(
     sqlx::query_as!(
         PaymentIntent,
         r#"
-        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
@@ -267,9 +306,9 @@ pub async fn apply_with(
                 INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
                 SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
             )
-            SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+            SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
                    expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-                   settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+                   settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
             merchant,
@@ -370,8 +409,8 @@ pub async fn expire_due(
                 SELECT merchant_id, id, version, $1, $3, $5, $6 FROM moved
             )
             SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
-                   payee AS merchant, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
+                   payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address, expires_at, created_at, updated_at, canceled_at,
+                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
                    metadata AS "metadata: Json<Metadata>"
               FROM moved
             "#,
@@ -407,8 +446,10 @@ struct Expired {
     amount: String,
     chain: String,
     token: String,
-    payer: String,
+    payer: Option<String>,
     merchant: String,
+    payment_method: PaymentMethod,
+    deposit_address: Option<String>,
     expires_at: OffsetDateTime,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
@@ -417,6 +458,8 @@ struct Expired {
     failure_reason: Option<String>,
     pending_reason: Option<String>,
     settlement: Option<Json<Settlement>>,
+    amount_received: String,
+    amount_overpaid: String,
     amount_refunded: String,
     checkout_url: Option<String>,
     client_secret: String,
@@ -434,6 +477,8 @@ impl Expired {
             token: self.token,
             payer: self.payer,
             merchant: self.merchant,
+            payment_method: self.payment_method,
+            deposit_address: self.deposit_address,
             expires_at: self.expires_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -442,6 +487,8 @@ impl Expired {
             failure_reason: self.failure_reason,
             pending_reason: self.pending_reason,
             settlement: self.settlement,
+            amount_received: self.amount_received,
+            amount_overpaid: self.amount_overpaid,
             amount_refunded: self.amount_refunded,
             checkout_url: self.checkout_url,
             client_secret: self.client_secret,
@@ -484,9 +531,9 @@ pub async fn list(
     sqlx::query_as!(
         PaymentIntent,
         r#"
-        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant,
+        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
                expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

@@ -38,6 +38,11 @@ pub enum Action {
     /// The token refuses the payment for now (balance, pause, blacklist): the intent stays
     /// `processing` and says why.
     Hold,
+    /// A confirmed transfer of its token reached its deposit address without paying it (short of
+    /// the amount, beyond it, or after a cancel); the completing one is [`Action::Settle`].
+    Deposit,
+    /// A confirmed transfer of its token reached its deposit address after it expired.
+    DepositAfterExpiry,
 }
 
 /// Who made a state change, recorded with every transition.
@@ -155,7 +160,46 @@ pub const TRANSITIONS: &[Transition] = &[
         IntentState::Processing,
     )
     .announced_as("payment_intent.payment_pending"),
+    // Deposit addresses (`docs/settlement.md`, "Deposit addresses"): what arrives is recorded
+    // and announced whatever the intent can still do, never counted as paying it once closed.
+    Transition::new(IntentState::Created, Action::Deposit, IntentState::Created)
+        .announced_as("payment_intent.partially_paid"),
+    Transition::new(
+        IntentState::Succeeded,
+        Action::Deposit,
+        IntentState::Succeeded,
+    )
+    .announced_as("payment_intent.overpaid"),
+    Transition::new(
+        IntentState::Canceled,
+        Action::Deposit,
+        IntentState::Canceled,
+    )
+    .announced_as("payment_intent.paid_after_cancel"),
+    Transition::new(
+        IntentState::Canceled,
+        Action::DepositAfterExpiry,
+        IntentState::Canceled,
+    )
+    .announced_as("payment_intent.paid_after_expiry"),
 ];
+
+/// What a confirmed transfer to an intent's deposit address does, the intent being in `state`
+/// (canceled for `cancellation_reason`): `reaches` says whether what it received now, this
+/// transfer included, pays its amount (within the tolerance).
+pub fn deposit_action(
+    state: IntentState,
+    cancellation_reason: Option<&str>,
+    reaches: bool,
+) -> Action {
+    match state {
+        IntentState::Created if reaches => Action::Settle,
+        IntentState::Canceled if cancellation_reason == Some("expired") => {
+            Action::DepositAfterExpiry
+        }
+        _ => Action::Deposit,
+    }
+}
 
 /// The transition `action` takes from `from`, if the machine allows it.
 pub fn transition(from: IntentState, action: Action) -> Option<&'static Transition> {
@@ -209,6 +253,8 @@ impl Action {
             Self::BurnNonce => "burn_nonce",
             Self::CancelAuthorization => "cancel_authorization",
             Self::Hold => "hold",
+            Self::Deposit => "deposit",
+            Self::DepositAfterExpiry => "deposit_after_expiry",
         }
     }
 }
@@ -272,6 +318,40 @@ mod tests {
                 assert!(transition(done, action).is_none(), "{done} is final");
             }
         }
+    }
+
+    #[test]
+    fn deposits_pay_an_open_intent_and_are_announced_on_a_closed_one() {
+        let event = |state, reason, reaches| {
+            transition(state, deposit_action(state, reason, reaches))
+                .map(|t| (t.to, t.event_type()))
+        };
+        assert_eq!(
+            event(IntentState::Created, None, false),
+            Some((IntentState::Created, "payment_intent.partially_paid".into()))
+        );
+        assert_eq!(
+            event(IntentState::Created, None, true),
+            Some((IntentState::Succeeded, "payment_intent.succeeded".into()))
+        );
+        assert_eq!(
+            event(IntentState::Succeeded, None, true),
+            Some((IntentState::Succeeded, "payment_intent.overpaid".into()))
+        );
+        assert_eq!(
+            event(IntentState::Canceled, Some("merchant_request"), true),
+            Some((
+                IntentState::Canceled,
+                "payment_intent.paid_after_cancel".into()
+            ))
+        );
+        assert_eq!(
+            event(IntentState::Canceled, Some("expired"), true),
+            Some((
+                IntentState::Canceled,
+                "payment_intent.paid_after_expiry".into()
+            ))
+        );
     }
 
     #[test]

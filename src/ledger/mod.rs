@@ -18,6 +18,11 @@ pub enum Kind {
     Payment,
     /// A merchant paid a payer back (a refund of an intent).
     Refund,
+    /// A payer sent to an intent's deposit address.
+    Deposit,
+    /// A deposit address's balance left it, for its merchant (what the token took on the way,
+    /// if it keeps a fee, is booked to that fee's recipient).
+    Sweep,
 }
 
 impl Kind {
@@ -25,6 +30,8 @@ impl Kind {
         match self {
             Self::Payment => "payment",
             Self::Refund => "refund",
+            Self::Deposit => "deposit",
+            Self::Sweep => "sweep",
         }
     }
 }
@@ -36,13 +43,20 @@ pub enum Account<'a> {
     Payer(&'a str),
     /// A merchant's funds, held at its own addresses.
     Merchant(&'a str),
+    /// What an intent's deposit address holds: the merchant's, until it is swept to them.
+    DepositAddress(&'a str),
+    /// An address outside, that a token's own rules paid on a sweep (a transfer fee).
+    TokenFee(&'a str),
 }
 
 impl Account<'_> {
-    fn name(&self) -> String {
+    /// As postings store it.
+    pub fn name(&self) -> String {
         match self {
             Self::Payer(address) => format!("payer:{address}"),
             Self::Merchant(id) => format!("merchant:{id}"),
+            Self::DepositAddress(address) => format!("deposit:{address}"),
+            Self::TokenFee(address) => format!("token_fee:{address}"),
         }
     }
 }
@@ -87,24 +101,15 @@ impl<'a> Entry<'a> {
         token: &'a str,
         amount: &str,
     ) -> Self {
-        Self {
-            kind: Kind::Payment,
-            merchant_id,
-            intent_id,
-            refund_id: None,
+        Self::transfer(
+            Kind::Payment,
+            (merchant_id, intent_id),
+            Account::Payer(payer),
+            Account::Merchant(merchant_id),
             event,
             token,
-            postings: vec![
-                Posting {
-                    account: Account::Payer(payer),
-                    amount: format!("-{amount}"),
-                },
-                Posting {
-                    account: Account::Merchant(merchant_id),
-                    amount: amount.to_owned(),
-                },
-            ],
-        }
+            amount,
+        )
     }
 
     /// A confirmed refund of an intent: its amount from the merchant back to the payer, the
@@ -129,6 +134,86 @@ impl<'a> Entry<'a> {
             kind: Kind::Refund,
             refund_id: Some(refund_id),
             ..entry
+        }
+    }
+
+    /// A confirmed transfer of `amount` from `sender` to an intent's `deposit_address`.
+    pub fn deposit(
+        merchant_id: &'a str,
+        intent_id: &'a str,
+        sender: &'a str,
+        deposit_address: &'a str,
+        event: ChainEvent<'a>,
+        token: &'a str,
+        amount: &str,
+    ) -> Self {
+        Self::transfer(
+            Kind::Deposit,
+            (merchant_id, intent_id),
+            Account::Payer(sender),
+            Account::DepositAddress(deposit_address),
+            event,
+            token,
+            amount,
+        )
+    }
+
+    /// A confirmed transfer of `amount` out of an intent's `deposit_address`: to its merchant,
+    /// or (`to_merchant` false) to whoever the token itself paid on the way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sweep(
+        merchant_id: &'a str,
+        intent_id: &'a str,
+        deposit_address: &'a str,
+        recipient: &'a str,
+        to_merchant: bool,
+        event: ChainEvent<'a>,
+        token: &'a str,
+        amount: &str,
+    ) -> Self {
+        let to = if to_merchant {
+            Account::Merchant(merchant_id)
+        } else {
+            Account::TokenFee(recipient)
+        };
+        Self::transfer(
+            Kind::Sweep,
+            (merchant_id, intent_id),
+            Account::DepositAddress(deposit_address),
+            to,
+            event,
+            token,
+            amount,
+        )
+    }
+
+    /// `amount` from `from` to `to`, about the merchant's intent.
+    fn transfer(
+        kind: Kind,
+        (merchant_id, intent_id): (&'a str, &'a str),
+        from: Account<'a>,
+        to: Account<'a>,
+        event: ChainEvent<'a>,
+        token: &'a str,
+        amount: &str,
+    ) -> Self {
+        Self {
+            kind,
+            merchant_id,
+            intent_id,
+            refund_id: None,
+            event,
+            token,
+            postings: vec![
+                Posting {
+                    account: from,
+                    amount: format!("-{amount}"),
+                },
+                Posting {
+                    account: to,
+                    amount: amount.to_owned(),
+                },
+            ],
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use alloy::{
-    primitives::{Address, B256},
+    primitives::{Address, B256, U256},
     providers::Provider,
     rpc::types::{Filter, Log},
     sol_types::SolEvent,
@@ -17,7 +17,10 @@ use sqlx::PgConnection;
 use super::Kind;
 
 use crate::{
-    chain::{rpc::Node, token::Eip3009},
+    chain::{
+        rpc::Node,
+        token::{Eip712Token, Eip3009},
+    },
     config::ChainEndpoint,
 };
 
@@ -37,8 +40,30 @@ pub struct Report {
     /// the nonce (its intent or refund failed), and the money moved is no payment of ours. Shown,
     /// not differences: nothing is booked for them, by design.
     pub burned_nonces: Vec<String>,
+    /// Confirmed transfers into and out of deposit addresses booked (deposits and sweeps), and
+    /// seen on chain.
+    pub deposit_transfers_booked: usize,
+    pub deposit_transfers_on_chain: usize,
     pub differences: Vec<String>,
     pub up_to_block: u64,
+}
+
+/// The movements that follow the use of one of our nonces.
+#[derive(Debug, Clone, Copy)]
+enum Signed {
+    /// An intent's nonce: payer to merchant address.
+    Payment,
+    /// A refund's nonce: merchant address to payer.
+    Refund,
+}
+
+impl Signed {
+    fn booked_as(self) -> Kind {
+        match self {
+            Self::Payment => Kind::Payment,
+            Self::Refund => Kind::Refund,
+        }
+    }
 }
 
 /// A movement, keyed by its transaction and the log index of its `AuthorizationUsed`; its value
@@ -58,7 +83,7 @@ pub async fn reconcile(
         ..Report::default()
     };
     let mut unrelated = std::collections::BTreeSet::new();
-    for kind in [Kind::Payment, Kind::Refund] {
+    for kind in [Signed::Payment, Signed::Refund] {
         let booked = booked(conn, chain, kind).await?;
         let on_chain = on_chain(
             conn,
@@ -71,12 +96,12 @@ pub async fn reconcile(
         )
         .await?;
         let (verb, noun) = match kind {
-            Kind::Payment => {
+            Signed::Payment => {
                 report.booked = booked.len();
                 report.paid_on_chain = on_chain.len();
                 ("paid", "payment")
             }
-            Kind::Refund => {
+            Signed::Refund => {
                 report.refunds_booked = booked.len();
                 report.refunded_on_chain = on_chain.len();
                 ("refunded", "refund")
@@ -107,7 +132,160 @@ pub async fn reconcile(
         }
     }
     report.unrelated_transfers = unrelated.len();
+    deposits(conn, chain, node, confirmed, &mut report).await?;
     Ok(report)
+}
+
+/// Deposit addresses per query's topic list, within what nodes accept.
+const ADDRESSES_PER_QUERY: usize = 100;
+
+/// Deposit addresses against the chain (`docs/settlement.md`, "Deposit addresses"): every
+/// confirmed `Transfer` into one (a deposit) or out of one (a sweep) must be booked once on the
+/// address's account with its amount, every such posting must be a transfer on chain, and each
+/// address's account must hold what its balance on chain is, so every swept amount left for the
+/// merchant.
+async fn deposits(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    node: &Node,
+    confirmed: u64,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let addresses: Vec<Address> = sqlx::query_scalar!(
+        r#"SELECT deposit_address AS "address!" FROM payment_intents
+            WHERE chain = $1 AND deposit_address IS NOT NULL"#,
+        chain.name
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .filter_map(|a| a.parse().ok())
+    .collect();
+    if addresses.is_empty() {
+        return Ok(());
+    }
+    // The tokens the follower reads on this chain (`deposits::watch`, joined with the payment
+    // watch's): a transfer of any of them to a deposit address is booked.
+    let tokens: Vec<Address> = sqlx::query_scalar!(
+        r#"SELECT token AS "token!" FROM deposit_tokens WHERE chain = $1
+           UNION SELECT address FROM chain_tokens WHERE chain_id = $2"#,
+        chain.name,
+        chain.id as i64,
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .filter_map(|t| t.parse().ok())
+    .collect();
+    // (transaction, log index) → (deposit address, token, signed amount on its account).
+    let mut on_chain: BTreeMap<(String, i64), (String, String, String)> = BTreeMap::new();
+    for token in &tokens {
+        for chunk in addresses.chunks(ADDRESSES_PER_QUERY) {
+            let words: Vec<B256> = chunk.iter().map(|a| a.into_word()).collect();
+            let mut from = 0;
+            while from <= confirmed {
+                let to_block = (from + BLOCKS_PER_QUERY - 1).min(confirmed);
+                let range = Filter::new()
+                    .address(*token)
+                    .event_signature(Eip3009::Transfer::SIGNATURE_HASH)
+                    .from_block(from)
+                    .to_block(to_block);
+                for (filter, sign) in [
+                    (range.clone().topic2(words.clone()), ""),
+                    (range.topic1(words.clone()), "-"),
+                ] {
+                    for log in node.get_logs(&filter).await? {
+                        let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                            continue;
+                        };
+                        let Ok(sent) = Eip3009::Transfer::decode_log_data(log.data()) else {
+                            continue;
+                        };
+                        let address = if sign.is_empty() { sent.to } else { sent.from };
+                        on_chain.insert(
+                            (tx.to_string(), index as i64),
+                            (
+                                address.to_checksum(None),
+                                token.to_checksum(None),
+                                format!("{sign}{}", sent.value),
+                            ),
+                        );
+                    }
+                }
+                from = to_block + 1;
+            }
+        }
+    }
+    let booked: BTreeMap<(String, i64), (String, String, String)> = sqlx::query!(
+        r#"
+        SELECT e.transaction_hash, e.log_index, p.account, p.token, p.amount::text AS "amount!"
+          FROM ledger_entries e
+          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE 'deposit:%'
+         WHERE e.chain = $1 AND e.kind IN ('deposit', 'sweep')
+        "#,
+        chain.name,
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let address = r.account.trim_start_matches("deposit:").to_owned();
+        (
+            (r.transaction_hash, i64::from(r.log_index)),
+            (address, r.token, r.amount),
+        )
+    })
+    .collect();
+    report.deposit_transfers_booked = booked.len();
+    report.deposit_transfers_on_chain = on_chain.len();
+    for (key, moved) in &on_chain {
+        match booked.get(key) {
+            Some(entry) if entry == moved => {}
+            Some((_, _, amount)) => report.differences.push(format!(
+                "deposit address {}: the ledger has {amount}, the chain moved {} in {}",
+                moved.0, moved.2, key.0
+            )),
+            None => report.differences.push(format!(
+                "on chain, not in the ledger: {} of {} on deposit address {} in {} (log {})",
+                moved.2, moved.1, moved.0, key.0, key.1
+            )),
+        }
+    }
+    for (key, (address, token, amount)) in &booked {
+        if !on_chain.contains_key(key) {
+            report.differences.push(format!(
+                "in the ledger, not on chain: {amount} of {token} on deposit address {address} in {} (log {})",
+                key.0, key.1
+            ));
+        }
+    }
+    // What each address holds by the ledger is what it holds on chain at the confirmed block.
+    let mut held: BTreeMap<(String, String), U256> = BTreeMap::new();
+    let mut signed = |(address, token, amount): &(String, String, String)| {
+        let entry = held.entry((address.clone(), token.clone())).or_default();
+        match amount.strip_prefix('-') {
+            Some(out) => *entry = entry.saturating_sub(out.parse().unwrap_or_default()),
+            None => *entry = entry.saturating_add(amount.parse().unwrap_or_default()),
+        }
+    };
+    booked.values().for_each(&mut signed);
+    for ((address, token), by_ledger) in held {
+        let (Ok(holder), Ok(contract)) = (address.parse::<Address>(), token.parse::<Address>())
+        else {
+            continue;
+        };
+        let balance = Eip712Token::new(contract, node)
+            .balanceOf(holder)
+            .block(confirmed.into())
+            .call()
+            .await?;
+        if balance != by_ledger {
+            report.differences.push(format!(
+                "deposit address {address} holds {balance} of {token} on chain, the ledger says {by_ledger}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The ledger's entries of `kind` on `chain`, by chain event, with what each moved: a payment's
@@ -115,11 +293,11 @@ pub async fn reconcile(
 async fn booked(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
-    kind: Kind,
+    kind: Signed,
 ) -> Result<Movements, sqlx::Error> {
     let receiver = match kind {
-        Kind::Payment => "merchant:%",
-        Kind::Refund => "payer:%",
+        Signed::Payment => "merchant:%",
+        Signed::Refund => "payer:%",
     };
     Ok(sqlx::query!(
         r#"
@@ -130,7 +308,7 @@ async fn booked(
          WHERE e.chain = $1 AND e.kind = $2
         "#,
         chain.name,
-        kind.as_str(),
+        kind.booked_as().as_str(),
         receiver,
     )
     .fetch_all(conn)
@@ -160,7 +338,7 @@ async fn on_chain(
     chain: &ChainEndpoint,
     node: &Node,
     confirmed: u64,
-    kind: Kind,
+    kind: Signed,
     report: &mut Report,
     unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<Movements> {
@@ -191,8 +369,8 @@ async fn on_chain(
                 .clone()
                 .event_signature(Eip3009::Transfer::SIGNATURE_HASH);
             let transfers = match kind {
-                Kind::Payment => transfers.topic2(merchants.clone()),
-                Kind::Refund => transfers.topic1(merchants.clone()),
+                Signed::Payment => transfers.topic2(merchants.clone()),
+                Signed::Refund => transfers.topic1(merchants.clone()),
             };
             let transfers = node.get_logs(&transfers).await?;
             let uses = node
@@ -243,7 +421,7 @@ async fn authorized_before(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
     token: Address,
-    kind: Kind,
+    kind: Signed,
     uses: &[Log],
     tx: B256,
     index: u64,
@@ -264,9 +442,9 @@ async fn authorized_before(
     let (nonce, token) = (used.nonce.as_slice(), token.to_checksum(None));
     let authorized =
         match kind {
-            Kind::Payment => sqlx::query_as!(
+            Signed::Payment => sqlx::query_as!(
                 Authorized,
-                r#"SELECT id AS subject, payer AS "from", payee AS "to", amount::text AS "amount!"
+                r#"SELECT id AS subject, payer AS "from!", payee AS "to", amount::text AS "amount!"
                  FROM payment_intents WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
                 nonce,
                 chain.name,
@@ -275,7 +453,7 @@ async fn authorized_before(
             )
             .fetch_optional(conn)
             .await?,
-            Kind::Refund => sqlx::query_as!(
+            Signed::Refund => sqlx::query_as!(
                 Authorized,
                 r#"SELECT id AS subject, payee AS "from", payer AS "to", amount::text AS "amount!"
                  FROM refunds WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,

@@ -14,7 +14,10 @@ use crate::{
     auth::MerchantId,
     chain::authorization::Authorization,
     error::ApiError,
-    intents::{domain::IntentId, repo as intents},
+    intents::{
+        domain::{IntentId, PaymentMethod},
+        repo as intents,
+    },
     settlement::{
         Chains,
         outbox::{BoxFuture, Hold, SubmissionKind, Wanted},
@@ -35,6 +38,14 @@ pub async fn create(
     let intent = intents::find(tx, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
+    // Whoever sent to a deposit address may be an exchange's hot wallet: paying it back could
+    // lose the money, so such an intent is refunded by the merchant, outside (`docs/refunds.md`).
+    if intent.payment_method == PaymentMethod::DepositAddress {
+        return Err(ApiError::InvalidRequest(format!(
+            "payment intent {}: a deposit_address intent has no payer to refund; refund its sender yourself",
+            intent.id
+        )));
+    }
     // The refund is paid on the intent's chain, so this server must settle it.
     payments::served(
         chains,

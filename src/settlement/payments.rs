@@ -19,7 +19,7 @@ use crate::{
     },
     error::ApiError,
     intents::{
-        domain::{self, IntentId},
+        domain::{self, IntentId, PaymentMethod},
         repo::{self, PaymentIntent, TransitionError},
         state::{Action, Actor, IntentState},
     },
@@ -207,6 +207,12 @@ async fn payable(
     let intent = repo::find(conn, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
+    if intent.payment_method != PaymentMethod::Authorization {
+        return Err(ApiError::InvalidRequest(format!(
+            "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
+            intent.id
+        )));
+    }
     if intent.state != IntentState::Created {
         return Err(ApiError::InvalidStateTransition(format!(
             "payment intent {}: a {} payment intent cannot be paid",
@@ -230,7 +236,7 @@ async fn authorization_of(
     let terms = Terms {
         chain: &intent.chain,
         token: &intent.token,
-        from: &intent.payer,
+        from: intent.payer.as_deref().unwrap_or_default(),
         to: &intent.merchant,
         value: &intent.amount,
         valid_before: valid_before(intent.expires_at),

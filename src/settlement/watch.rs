@@ -163,9 +163,13 @@ impl Watch for PaymentWatch {
             USED => transfer_after(node, log).await?,
             _ => None,
         };
-        let pays_intent = transfer
-            .as_ref()
-            .is_some_and(|t| t.moves(&intent.payer, &intent.payee, &intent.amount));
+        let pays_intent = transfer.as_ref().is_some_and(|t| {
+            t.moves(
+                intent.payer.as_deref().unwrap_or_default(),
+                &intent.payee,
+                &intent.amount,
+            )
+        });
         let payload = NonceUse {
             merchant_id: intent.merchant_id,
             intent_id: intent.id.clone(),

@@ -31,7 +31,7 @@ use crate::{
     idempotency::{Phases, provisional},
     intents::{
         domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
-        repo::{self, Expires, NewIntent, TransitionError},
+        repo::{self, Expires, NewIntent, PaidBy, TransitionError},
         state::{Action, Actor},
     },
     settlement::{Chains, payments},
@@ -350,7 +350,9 @@ fn new_intent(checked: &Checked, request: &Request) -> Result<NewIntent, String>
     Ok(NewIntent {
         chain: Chain::parse(&checked.chain)?,
         token: address(a.token, "asset")?,
-        payer: address(a.from, "from")?,
+        paid_by: PaidBy::Authorization {
+            payer: address(a.from, "from")?,
+        },
         payee: address(a.to, "payTo")?,
         amount: Amount::parse(&a.value.to_string()).map_err(|e| format!("value: {e}"))?,
         expires: Expires::At(expires_at),

@@ -1,12 +1,18 @@
-//! Deposit addresses on chain (`contracts/src/DepositForwarder.sol`, `chain::deposit`): the address
-//! we compute is the one the factory computes and deploys to, and whatever is sent there reaches
-//! only its merchant, in one transaction that deploys and flushes, then by plain flushes. Tokens
-//! that misbehave are moved as well: one whose `transfer` returns nothing (as Tether's), one
-//! that keeps a fee, and USDC.
+//! Deposit addresses (`docs/settlement.md`, "Deposit addresses"). On chain
+//! (`contracts/src/DepositForwarder.sol`, `chain::deposit`): the address we compute is the one the
+//! factory computes and deploys to, and whatever is sent there reaches only its merchant, in one
+//! transaction that deploys and flushes, then by plain flushes. Through the API: an intent paid by
+//! plain `cast send` transfers, in parts, beyond its amount, late, after a cancel, in another
+//! token, and in tokens that misbehave (one whose `transfer` returns nothing, as Tether's, one
+//! that keeps a fee, and USDC); each is booked, counted or not, and swept to the merchant.
 
 use payments_api::chain::deposit::{devnet_factory, forwarder_address, intent_key};
+use serde_json::{Value, json};
 
-use crate::helpers::chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC};
+use crate::helpers::{
+    DEMO_TOKEN, TestApp,
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
+};
 
 /// Deploys a test token from its artifact, `PAYER` holding 1 000 000 of it; returns its address.
 fn deploy_token(anvil: &Anvil, artifact: &str) -> String {
@@ -176,4 +182,371 @@ async fn a_deposit_address_is_the_factorys_and_what_reaches_it_goes_only_to_its_
         &[&no_return],
     );
     assert_eq!(anvil.balance_of(&no_return, PAYEE) - before, 7);
+}
+
+async fn app_on(anvil: &Anvil, confirmations: u64) -> TestApp {
+    let settlement = anvil.settlement(confirmations);
+    TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+    })
+    .await
+}
+
+/// A deposit intent of `amount` of `token`, payable for `expires_in` seconds; the intent as made.
+async fn create_deposit_intent(app: &TestApp, token: &str, amount: &str, expires_in: u32) -> Value {
+    let body = json!({
+        "chain": "evm:31337",
+        "token": token,
+        "merchant": PAYEE,
+        "amount": amount,
+        "payment_method": "deposit_address",
+        "expires_in_seconds": expires_in,
+    });
+    let created = app.create_intent(DEMO_TOKEN, None, &body.to_string()).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    created.json()
+}
+
+/// A plain transfer from the payer, as any wallet sends one.
+fn pay(anvil: &Anvil, token: &str, to: &str, amount: &str) {
+    send(
+        anvil,
+        PAYER_KEY,
+        token,
+        "transfer(address,uint256)",
+        &[to, amount],
+    );
+}
+
+/// The sum of the ledger's postings to `account` in `token`.
+async fn booked(app: &TestApp, account: &str, token: &str) -> String {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(amount), 0)::text FROM ledger_postings WHERE account = $1 AND token = $2",
+    )
+    .bind(account)
+    .bind(token)
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_deposit_intent_is_paid_in_parts_by_plain_transfers_and_swept_to_its_merchant() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 2).await;
+    let intent = create_deposit_intent(&app, TOKEN, "1000000", 900).await;
+    let (id, address) = (
+        intent["id"].as_str().unwrap(),
+        intent["deposit_address"].as_str().unwrap(),
+    );
+    assert_eq!(intent["payment_method"], "deposit_address");
+    assert_eq!(intent["payer"], Value::Null);
+    assert_eq!(intent["amount_received"], "0");
+    let expected = forwarder_address(
+        devnet_factory(),
+        PAYEE.parse().unwrap(),
+        TOKEN.parse().unwrap(),
+        intent_key(id),
+    );
+    assert_eq!(address, expected.to_string(), "the forwarder's address");
+    assert_eq!(anvil.cast(&["code", address]), "0x", "nothing deployed");
+    let before = anvil.balance(PAYEE);
+
+    // Part of it: still open, and the merchant hears of it.
+    pay(&anvil, TOKEN, address, "400000");
+    anvil.mine(2).await;
+    app.wait_until(
+        "the first part is counted",
+        &format!("(SELECT amount_received FROM payment_intents WHERE id = '{id}') = 400000"),
+    )
+    .await;
+    assert_eq!(app.state_of(id).await, "created");
+    // The rest and more: paid, the excess recorded.
+    pay(&anvil, TOKEN, address, "700000");
+    anvil.mine(2).await;
+    app.wait_for_state(id, "succeeded").await;
+    let paid = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(paid["amount_received"], "1100000");
+    assert_eq!(paid["amount_overpaid"], "100000");
+    assert!(paid["settlement"]["transaction_hash"].is_string());
+    assert_eq!(
+        app.event_types(id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.partially_paid",
+            "payment_intent.succeeded"
+        ]
+    );
+
+    // Swept: the forwarder is deployed and everything reached the merchant, booked twice over.
+    app.mine_until(
+        &anvil,
+        "the sweeps are confirmed and booked",
+        &format!("(SELECT COALESCE(sum(amount), 0) FROM ledger_postings WHERE account = 'merchant:merchant_demo' AND token = '{TOKEN}') = 1100000"),
+    )
+    .await;
+    assert_eq!(anvil.balance(PAYEE) - before, 1_100_000);
+    assert_eq!(anvil.balance_of(TOKEN, address), 0);
+    assert_ne!(
+        anvil.cast(&["code", address]),
+        "0x",
+        "deployed by its sweep"
+    );
+    assert_eq!(
+        booked(&app, &format!("deposit:{address}"), TOKEN).await,
+        "0"
+    );
+    assert_eq!(
+        booked(&app, &format!("payer:{PAYER}"), TOKEN).await,
+        "-1100000"
+    );
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM ledger_entries WHERE intent_id = $1 ORDER BY id")
+            .bind(id)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(kinds.iter().filter(|k| *k == "deposit").count(), 2);
+    assert!(kinds.iter().any(|k| k == "sweep"), "{kinds:?}");
+    // Every submission ended; none is left to send.
+    app.mine_until(
+        &anvil,
+        "the sweeps are done",
+        &format!("NOT EXISTS (SELECT 1 FROM chain_submissions WHERE subject = '{id}' AND state <> 'done')"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_counted_and_swept() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1).await;
+    let expiring = create_deposit_intent(&app, TOKEN, "1000", 60).await;
+    let canceled = create_deposit_intent(&app, TOKEN, "1000", 900).await;
+    let wrong_token = create_deposit_intent(&app, TOKEN, "1000", 900).await;
+    // A USDC intent too, so the follower reads USDC's transfers.
+    create_deposit_intent(&app, USDC, "1000", 900).await;
+    let id = |intent: &Value| intent["id"].as_str().unwrap().to_owned();
+    let address = |intent: &Value| intent["deposit_address"].as_str().unwrap().to_owned();
+    assert_eq!(
+        app.cancel(DEMO_TOKEN, &id(&canceled), None).await.status,
+        200
+    );
+    // The chain's time passes the expiry before anything is paid.
+    let expires_at = time::OffsetDateTime::parse(
+        expiring["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    anvil
+        .rpc(
+            "evm_setNextBlockTimestamp",
+            json!([expires_at.unix_timestamp() + 10]),
+        )
+        .await;
+    pay(&anvil, TOKEN, &address(&expiring), "1000");
+    pay(&anvil, TOKEN, &address(&canceled), "1000");
+    pay(&anvil, USDC, &address(&wrong_token), "1000");
+    anvil.mine(1).await;
+    app.wait_until(
+        "all three are booked",
+        "(SELECT count(*) FROM ledger_entries WHERE kind = 'deposit') = 3",
+    )
+    .await;
+    app.wait_until(
+        "the late payments are announced",
+        "(SELECT count(*) FROM events WHERE type IN ('payment_intent.paid_after_expiry', 'payment_intent.paid_after_cancel')) = 2",
+    )
+    .await;
+    let late = app.get_intent(DEMO_TOKEN, &id(&expiring)).await.json();
+    assert_eq!(
+        (
+            &late["state"],
+            &late["cancellation_reason"],
+            &late["amount_received"]
+        ),
+        (&json!("canceled"), &json!("expired"), &json!("1000"))
+    );
+    assert_eq!(
+        app.event_types(&id(&expiring)).await,
+        [
+            "payment_intent.created",
+            "payment_intent.canceled",
+            "payment_intent.paid_after_expiry"
+        ]
+    );
+    assert_eq!(
+        app.event_types(&id(&canceled)).await,
+        [
+            "payment_intent.created",
+            "payment_intent.canceled",
+            "payment_intent.paid_after_cancel"
+        ]
+    );
+    // Another token is booked and swept, never counted toward the intent.
+    let other = app.get_intent(DEMO_TOKEN, &id(&wrong_token)).await.json();
+    assert_eq!(
+        (&other["state"], &other["amount_received"]),
+        (&json!("created"), &json!("0"))
+    );
+    assert_eq!(
+        app.event_types(&id(&wrong_token)).await,
+        ["payment_intent.created"]
+    );
+    // Everything reaches the merchant.
+    app.mine_until(
+        &anvil,
+        "every deposit address is swept and booked",
+        "NOT EXISTS (SELECT 1 FROM ledger_postings WHERE account LIKE 'deposit:%' GROUP BY account, token HAVING sum(amount) <> 0)
+         AND (SELECT count(*) FROM ledger_entries WHERE kind = 'sweep') = 3",
+    )
+    .await;
+    for intent in [&expiring, &canceled] {
+        assert_eq!(anvil.balance_of(TOKEN, &address(intent)), 0);
+    }
+    assert_eq!(anvil.balance_of(USDC, &address(&wrong_token)), 0);
+}
+
+#[tokio::test]
+async fn tokens_that_misbehave_pay_deposit_intents_with_what_arrived() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1).await;
+    let no_return = deploy_token(
+        &anvil,
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/NoReturnToken.json"
+        )),
+    );
+    let fee = deploy_token(
+        &anvil,
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/FeeToken.json"
+        )),
+    );
+    let tether_like = create_deposit_intent(&app, &no_return, "1000000", 900).await;
+    let with_fee = create_deposit_intent(&app, &fee, "1000000", 900).await;
+    let usdc = create_deposit_intent(&app, USDC, "1000000", 900).await;
+    let address = |intent: &Value| intent["deposit_address"].as_str().unwrap().to_owned();
+    let id = |intent: &Value| intent["id"].as_str().unwrap().to_owned();
+    pay(&anvil, &no_return, &address(&tether_like), "1000000");
+    pay(&anvil, USDC, &address(&usdc), "1000000");
+    // The payer sends the amount; 1% stays with the token, so less arrives: not paid yet.
+    pay(&anvil, &fee, &address(&with_fee), "1000000");
+    anvil.mine(1).await;
+    app.wait_for_state(&id(&tether_like), "succeeded").await;
+    app.wait_for_state(&id(&usdc), "succeeded").await;
+    app.wait_until(
+        "the fee token's deposit is counted",
+        &format!(
+            "(SELECT amount_received FROM payment_intents WHERE id = '{}') = 990000",
+            id(&with_fee)
+        ),
+    )
+    .await;
+    assert_eq!(app.state_of(&id(&with_fee)).await, "created");
+    // What is missing, plus what the token takes of it, completes it.
+    pay(&anvil, &fee, &address(&with_fee), "10101");
+    anvil.mine(1).await;
+    app.wait_for_state(&id(&with_fee), "succeeded").await;
+    assert_eq!(
+        app.get_intent(DEMO_TOKEN, &id(&with_fee)).await.json()["amount_received"],
+        "1000000"
+    );
+    // Swept, each token by its own rules: the fee token keeps 1% of the sweep as well.
+    app.mine_until(
+        &anvil,
+        "all three are swept and booked",
+        "NOT EXISTS (SELECT 1 FROM ledger_postings WHERE account LIKE 'deposit:%' GROUP BY account, token HAVING sum(amount) <> 0)
+         AND (SELECT count(DISTINCT intent_id) FROM ledger_entries WHERE kind = 'sweep') = 3",
+    )
+    .await;
+    assert_eq!(anvil.balance_of(&no_return, PAYEE), 1_000_000);
+    assert_eq!(anvil.balance_of(&fee, PAYEE), 990_000);
+    assert_eq!(booked(&app, "merchant:merchant_demo", &fee).await, "990000");
+    assert_eq!(
+        booked(
+            &app,
+            "token_fee:0x0000000000000000000000000000000000000000",
+            &fee
+        )
+        .await,
+        "10000"
+    );
+}
+
+#[tokio::test]
+async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1).await;
+    let with_payer = json!({
+        "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
+        "payment_method": "deposit_address", "payer": PAYER,
+    });
+    let refused = app
+        .create_intent(DEMO_TOKEN, None, &with_payer.to_string())
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let without_payer =
+        json!({"chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1"});
+    let refused = app
+        .create_intent(DEMO_TOKEN, None, &without_payer.to_string())
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("payer"), "{}", refused.body);
+    let unknown = json!({
+        "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
+        "payment_method": "wire",
+    });
+    assert_eq!(
+        app.create_intent(DEMO_TOKEN, None, &unknown.to_string())
+            .await
+            .status,
+        400
+    );
+
+    let intent = create_deposit_intent(&app, TOKEN, "1000", 900).await;
+    let id = intent["id"].as_str().unwrap();
+    let authorization = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(authorization.status, 400, "{}", authorization.body);
+    pay(
+        &anvil,
+        TOKEN,
+        intent["deposit_address"].as_str().unwrap(),
+        "1000",
+    );
+    anvil.mine(1).await;
+    app.wait_for_state(id, "succeeded").await;
+    let refund = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/refunds"),
+            Some("refund-deposit"),
+            "{}",
+        )
+        .await;
+    assert_eq!(refund.status, 400, "{}", refund.body);
+
+    // A chain without a factory offers no deposit addresses.
+    let plain = TestApp::spawn_with({
+        let mut settlement = anvil.settlement(1);
+        settlement.chains[0].deposit_factory = None;
+        move |s| s.settlement = settlement
+    })
+    .await;
+    let body = json!({
+        "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
+        "payment_method": "deposit_address",
+    });
+    let refused = plain
+        .create_intent(DEMO_TOKEN, None, &body.to_string())
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
 }

@@ -11,7 +11,7 @@ use std::{
 
 use payments_api::{
     chain::devnet::{self, ANVIL_KEYS},
-    config::{SettlementSettings, parse_chains},
+    config::{SettlementSettings, parse_chains, with_deposit_factories},
 };
 use serde_json::{Value, json};
 
@@ -88,14 +88,23 @@ impl Anvil {
 
     /// Settlement settings for this chain.
     pub fn settlement(&self, confirmations: u64) -> SettlementSettings {
+        let factory = format!(
+            "evm:31337={}",
+            payments_api::chain::deposit::devnet_factory()
+        );
         SettlementSettings {
-            chains: parse_chains(&format!("evm:31337={}", self.url)).unwrap(),
+            chains: with_deposit_factories(
+                parse_chains(&format!("evm:31337={}", self.url)).unwrap(),
+                &factory,
+            )
+            .unwrap(),
             confirmations,
             poll_interval: Duration::from_millis(50),
             relayer_private_key: None,
             replace_after_blocks: 2,
             // A share the relayer tests fill in a few seconds.
             relayer_batch: 50,
+            underpayment_tolerance_bps: 0,
         }
     }
 
@@ -295,6 +304,13 @@ impl Drop for Anvil {
 pub fn settlement_env(rpc_url: &str, confirmations: u64, relayer: bool) -> Vec<(String, String)> {
     let mut env = vec![
         ("CHAINS".to_owned(), format!("evm:31337={rpc_url}")),
+        (
+            "DEPOSIT_FACTORIES".to_owned(),
+            format!(
+                "evm:31337={}",
+                payments_api::chain::deposit::devnet_factory()
+            ),
+        ),
         ("CHAIN_CONFIRMATIONS".to_owned(), confirmations.to_string()),
         ("CHAIN_POLL_INTERVAL_MS".to_owned(), "50".to_owned()),
         ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "2".to_owned()),
@@ -411,6 +427,28 @@ impl super::TestApp {
             &format!("(SELECT state FROM refunds WHERE id = '{id}') = '{state}'"),
         )
         .await;
+    }
+
+    /// Mines a block at a time until `condition_sql` holds: for work the app sends to the chain
+    /// itself (a sweep), whose confirmation needs blocks after it. Panics after 30 s.
+    pub async fn mine_until(&self, anvil: &Anvil, what: &str, condition_sql: &str) {
+        let query = format!("SELECT ({condition_sql}) IS TRUE");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let holds: bool = sqlx::query_scalar(&query)
+                .fetch_one(&self.db)
+                .await
+                .unwrap();
+            if holds {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting until {what}"
+            );
+            anvil.mine(1).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn wait_for_state(&self, id: &str, state: &str) {

@@ -1,0 +1,365 @@
+//! The deposit watch: what the chain follower looks for on behalf of deposit addresses, and what a
+//! confirmed log changes (`docs/settlement.md`, "Deposit addresses"). It wants the `Transfer`s of
+//! the tokens deposit intents were made for; one to a deposit address is a deposit, one from it a
+//! sweep. The match is one indexed lookup in PostgreSQL, however many intents are open.
+//!
+//! A confirmed deposit is booked (payer → deposit address) and swept, whatever the intent can
+//! still do; one of the intent's own token adds to `amount_received` and moves the intent by
+//! `state::deposit_action`. A confirmed sweep is booked (deposit address → merchant).
+
+use std::collections::HashMap;
+
+use alloy::{
+    primitives::{Address, U256},
+    rpc::types::Log,
+    sol_types::SolEvent,
+};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+use super::sweep::{self, Sweep};
+use crate::{
+    chain::{
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::Node,
+        token::Eip3009,
+    },
+    config::ChainEndpoint,
+    intents::{
+        repo::{self, Settlement, TransitionError},
+        state::{self, Action, Actor, IntentState},
+    },
+    ledger,
+};
+
+/// A transfer to an intent's deposit address.
+pub const RECEIVED: &str = "deposit_received";
+/// A transfer out of an intent's deposit address: its sweep.
+pub const SWEPT: &str = "deposit_swept";
+
+/// What an observation of a deposit address's transfer holds; its subject is the intent's id.
+#[derive(Debug, Serialize, Deserialize)]
+struct DepositTransfer {
+    merchant_id: String,
+    intent_id: String,
+    deposit_address: String,
+    /// The merchant's payee address, where a sweep sends.
+    payee: String,
+    /// The token moved, which may be another than the intent's.
+    token: String,
+    intent_token: String,
+    from: String,
+    to: String,
+    value: String,
+}
+
+impl DepositTransfer {
+    /// Whether it counts toward paying its intent: the intent's token, arriving.
+    fn counts(&self) -> bool {
+        self.token == self.intent_token
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct DepositWatch {
+    /// Basis points of its amount an intent may fall short by and still succeed.
+    pub underpayment_tolerance_bps: u32,
+}
+
+impl Watch for DepositWatch {
+    fn applies(&self, kind: &str) -> bool {
+        [RECEIVED, SWEPT].contains(&kind)
+    }
+
+    async fn interest(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+    ) -> Result<Interest, sqlx::Error> {
+        let tokens = sqlx::query_scalar!(
+            "SELECT token FROM deposit_tokens WHERE chain = $1",
+            chain.name
+        )
+        .fetch_all(conn)
+        .await?;
+        if tokens.is_empty() {
+            return Ok(Interest::default());
+        }
+        Ok(Interest {
+            addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
+            events: vec![Eip3009::Transfer::SIGNATURE_HASH],
+        })
+    }
+
+    async fn observe(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        node: &Node,
+        log: &Log,
+    ) -> Result<Option<Observed>, FollowError> {
+        let mut seen = self
+            .observe_all(conn, chain, node, std::slice::from_ref(log))
+            .await?;
+        Ok(seen.pop().flatten())
+    }
+
+    /// Every transfer's two ends against the deposit addresses, in one indexed lookup.
+    async fn observe_all(
+        &self,
+        conn: &mut PgConnection,
+        chain: &ChainEndpoint,
+        _node: &Node,
+        logs: &[Log],
+    ) -> Result<Vec<Option<Observed>>, FollowError> {
+        let transfers: Vec<Option<(String, String, String)>> = logs
+            .iter()
+            .map(|log| {
+                Eip3009::Transfer::decode_log_data(log.data())
+                    .ok()
+                    .map(|t| {
+                        (
+                            t.from.to_checksum(None),
+                            t.to.to_checksum(None),
+                            t.value.to_string(),
+                        )
+                    })
+            })
+            .collect();
+        let ends: Vec<String> = transfers
+            .iter()
+            .flatten()
+            .flat_map(|(from, to, _)| [from.clone(), to.clone()])
+            .collect();
+        if ends.is_empty() {
+            return Ok(vec![None; logs.len()]);
+        }
+        let intents: HashMap<String, _> = sqlx::query!(
+            r#"SELECT merchant_id, id, token, payee, deposit_address AS "deposit_address!" FROM payment_intents
+                WHERE chain = $1 AND deposit_address = ANY($2::text[])"#,
+            chain.name,
+            &ends,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|row| (row.deposit_address.clone(), row))
+        .collect();
+        let mut observed = Vec::with_capacity(logs.len());
+        for (log, transfer) in logs.iter().zip(transfers) {
+            let Some((from, to, value)) = transfer else {
+                observed.push(None);
+                continue;
+            };
+            let (kind, intent) = match (intents.get(&to), intents.get(&from)) {
+                (Some(intent), _) => (RECEIVED, intent),
+                (None, Some(intent)) => (SWEPT, intent),
+                (None, None) => {
+                    observed.push(None);
+                    continue;
+                }
+            };
+            let payload = DepositTransfer {
+                merchant_id: intent.merchant_id.clone(),
+                intent_id: intent.id.clone(),
+                deposit_address: intent.deposit_address.clone(),
+                payee: intent.payee.clone(),
+                token: log.address().to_checksum(None),
+                intent_token: intent.token.clone(),
+                from,
+                to,
+                value,
+            };
+            observed.push(Some(Observed {
+                kind,
+                subject: intent.id.clone(),
+                payload: serde_json::to_value(payload)
+                    .map_err(|e| sqlx::Error::Decode(e.into()))?,
+            }));
+        }
+        Ok(observed)
+    }
+
+    async fn apply(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        o: &Observation,
+    ) -> Result<&'static str, sqlx::Error> {
+        let transfer: DepositTransfer =
+            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let event = ledger::ChainEvent {
+            chain: &chain.name,
+            transaction_hash: &o.transaction_hash,
+            log_index: o.log_index,
+        };
+        if o.kind == SWEPT {
+            let entry = ledger::Entry::sweep(
+                &transfer.merchant_id,
+                &transfer.intent_id,
+                &transfer.deposit_address,
+                &transfer.to,
+                transfer.to == transfer.payee,
+                event,
+                &transfer.token,
+                &transfer.value,
+            );
+            ledger::post(tx, &entry).await?;
+            tracing::info!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, value = %transfer.value, tx = %o.transaction_hash, "deposit address swept");
+            return Ok("deposit_swept");
+        }
+        let entry = ledger::Entry::deposit(
+            &transfer.merchant_id,
+            &transfer.intent_id,
+            &transfer.from,
+            &transfer.deposit_address,
+            event,
+            &transfer.token,
+            &transfer.value,
+        );
+        ledger::post(tx, &entry).await?;
+        let address = |raw: &str| {
+            raw.parse::<Address>()
+                .map_err(|e| sqlx::Error::Decode(format!("stored address {raw}: {e}").into()))
+        };
+        let queued = sweep::queue(
+            tx,
+            chain,
+            &Sweep {
+                intent_id: &transfer.intent_id,
+                merchant: address(&transfer.payee)?,
+                intent_token: address(&transfer.intent_token)?,
+                deposit_address: address(&transfer.deposit_address)?,
+                token: address(&transfer.token)?,
+                after: (&o.transaction_hash, o.log_index),
+            },
+        )
+        .await?;
+        if queued.is_none() {
+            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, "a deposit arrived on a chain without DEPOSIT_FACTORIES: it stays at its address, which only its merchant can be paid from");
+        }
+        if !transfer.counts() {
+            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, "another token than the intent's reached its deposit address: booked and swept, not counted");
+            return Ok("deposit_other_token");
+        }
+        self.count(tx, &transfer, o).await
+    }
+
+    /// Deposit intents expire with the others, by the payment watch (`settlement::watch`).
+    async fn confirmed(
+        &self,
+        _conn: &mut PgConnection,
+        _chain: &ChainEndpoint,
+        _block: ConfirmedBlock,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+}
+
+impl DepositWatch {
+    /// Adds a deposit of the intent's token to what it received and moves the intent: an open
+    /// intent whose time ran out by the deposit's block expires first, so a late deposit never
+    /// pays it.
+    async fn count(
+        &self,
+        tx: &mut PgConnection,
+        transfer: &DepositTransfer,
+        o: &Observation,
+    ) -> Result<&'static str, sqlx::Error> {
+        let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
+            .map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let intent = sqlx::query!(
+            r#"UPDATE payment_intents SET amount_received = amount_received + $3::text::numeric
+                WHERE merchant_id = $1 AND id = $2
+            RETURNING state AS "state: IntentState", cancellation_reason, expires_at,
+                      amount::text AS "amount!", amount_received::text AS "received!""#,
+            transfer.merchant_id,
+            transfer.intent_id,
+            transfer.value,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let (mut state, mut reason) = (intent.state, intent.cancellation_reason);
+        if state == IntentState::Created && intent.expires_at < block_time {
+            match self.transition(tx, transfer, Action::Expire, None).await? {
+                Some(expired) => (state, reason) = (expired.state, expired.cancellation_reason),
+                None => return Ok("ignored"),
+            }
+        }
+        let number = |raw: &str| {
+            raw.parse::<U256>()
+                .map_err(|e| sqlx::Error::Decode(format!("stored amount {raw}: {e}").into()))
+        };
+        let (amount, received) = (number(&intent.amount)?, number(&intent.received)?);
+        let action =
+            state::deposit_action(state, reason.as_deref(), self.reaches(amount, received));
+        if action == Action::Settle || state == IntentState::Succeeded {
+            sqlx::query!(
+                "UPDATE payment_intents SET amount_overpaid = GREATEST(amount_received - amount, 0)
+                  WHERE merchant_id = $1 AND id = $2",
+                transfer.merchant_id,
+                transfer.intent_id,
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        let paid = Settlement {
+            transaction_hash: o.transaction_hash.clone(),
+            block_number: o.block_number as u64,
+            block_timestamp: block_time,
+        };
+        let settlement = (action == Action::Settle).then_some(&paid);
+        Ok(
+            match self.transition(tx, transfer, action, settlement).await? {
+                Some(_) if action == Action::Settle => "succeeded",
+                Some(_) => match action {
+                    Action::DepositAfterExpiry => "paid_after_expiry",
+                    _ if state == IntentState::Created => "partially_paid",
+                    _ if state == IntentState::Succeeded => "overpaid",
+                    _ => "paid_after_cancel",
+                },
+                None => "ignored",
+            },
+        )
+    }
+
+    /// Whether `received` pays `amount`, within the tolerance.
+    fn reaches(&self, amount: U256, received: U256) -> bool {
+        let bps = U256::from(10_000u32);
+        received.saturating_mul(bps)
+            >= amount.saturating_mul(bps - U256::from(self.underpayment_tolerance_bps))
+    }
+
+    /// `action` on the intent by the chain; `None` if the machine does not allow it (logged).
+    async fn transition(
+        &self,
+        tx: &mut PgConnection,
+        transfer: &DepositTransfer,
+        action: Action,
+        settlement: Option<&Settlement>,
+    ) -> Result<Option<repo::PaymentIntent>, sqlx::Error> {
+        match repo::apply_paid(
+            tx,
+            &transfer.merchant_id,
+            &transfer.intent_id,
+            action,
+            &Actor::Chain,
+            settlement,
+        )
+        .await
+        {
+            Ok(intent) => {
+                tracing::info!(intent = %intent.id, state = %intent.state, received = %intent.amount_received, "deposit counted");
+                Ok(Some(intent))
+            }
+            Err(TransitionError::Forbidden { from, .. }) => {
+                tracing::warn!(intent = %transfer.intent_id, %from, "a deposit for an intent that cannot move: recorded");
+                Ok(None)
+            }
+            Err(TransitionError::NotFound) => Ok(None),
+            Err(TransitionError::Database(e)) => Err(e),
+        }
+    }
+}
+// x
