@@ -406,6 +406,43 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
         assert_eq!(anvil.balance_of(TOKEN, &address(intent)), 0);
     }
     assert_eq!(anvil.balance_of(USDC, &address(&wrong_token)), 0);
+
+    // The ledger agrees with the chain: three transfers in, three sweeps out, nothing held.
+    let (agreed, output) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{output}");
+    assert!(
+        output.contains("6 deposit-address transfers booked, 6 on chain"),
+        "{output}"
+    );
+    // A booking with no transfer behind it is named, and so is the balance it claims.
+    sqlx::query(
+        "WITH e AS (INSERT INTO ledger_entries (kind, merchant_id, intent_id, chain, transaction_hash, log_index)
+                    VALUES ('deposit', 'merchant_demo', $1, 'evm:31337', '0xfeed', 0) RETURNING id)
+         INSERT INTO ledger_postings SELECT id, a, 'evm:31337', $3, n FROM e,
+                (VALUES ('deposit:' || $2, 7::numeric), ('payer:0xP', -7::numeric)) AS s (a, n)",
+    )
+    .bind(id(&canceled))
+    .bind(address(&canceled))
+    .bind(TOKEN)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let (agreed, output) = crate::settlement::reconcile(&app, &anvil);
+    assert!(!agreed, "{output}");
+    assert!(
+        output.contains(&format!(
+            "in the ledger, not on chain: 7 of {TOKEN} on deposit address {} in 0xfeed",
+            address(&canceled)
+        )),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!(
+            "deposit address {} holds 0 of {TOKEN} on chain, the ledger says 7",
+            address(&canceled)
+        )),
+        "{output}"
+    );
 }
 
 #[tokio::test]
