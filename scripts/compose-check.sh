@@ -156,6 +156,29 @@ grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
   || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
 echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, a USDC refund, balances as booked — settlement holds, and its event reached the receiver"
 
+# A deposit address (the README's section): a plain `cast send` in two parts pays the intent,
+# and the relayer sweeps what arrived to the merchant.
+deposit=$(auth localhost:8080/v1/payment_intents \
+  -d "{\"chain\":\"evm:31337\",\"token\":\"$token\",\"merchant\":\"$payee\",\"amount\":\"5000000\",\"payment_method\":\"deposit_address\"}")
+deposit_id=$(json 'v["id"]' <<<"$deposit")
+address=$(json 'v["deposit_address"]' <<<"$deposit")
+before=$(balance "$token")
+for part in 2000000 3000000; do
+  dc exec -T chain cast send --rpc-url http://127.0.0.1:8545 \
+    --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
+    "$token" 'transfer(address,uint256)' "$address" "$part" >/dev/null || fail "cast send to the deposit address failed"
+done
+for _ in $(seq 1 60); do
+  [[ $(balance "$token") == $((before + 5000000)) ]] && break
+  sleep 1
+done
+shown=$(auth "localhost:8080/v1/payment_intents/$deposit_id")
+echo "$shown" | python3 -c 'import json,sys; v=json.load(sys.stdin); print({k: v[k] for k in ("state", "deposit_address", "amount_received")})'
+[[ $(json 'v["state"]' <<<"$shown") == succeeded ]] || fail "the deposit intent did not succeed"
+[[ $(json 'v["amount_received"]' <<<"$shown") == 5000000 ]] || fail "the deposit intent did not receive 5000000"
+[[ $(balance "$token") == $((before + 5000000)) ]] || fail "the sweep did not reach the merchant within a minute"
+echo "compose-check: a deposit address paid by two plain transfers, succeeded, swept to the merchant"
+
 # Paid APIs with x402 (the README's section): x402's own express server and fetch client, the API
 # as their facilitator; one request paid in USDC, its transfer on chain.
 if [[ ! -d tests/x402/node_modules/@x402/express ]]; then

@@ -5,7 +5,7 @@
 
 use alloy::{
     network::EthereumWallet,
-    primitives::{Address, B256, keccak256},
+    primitives::{Address, B256, U256, keccak256},
     providers::{Provider, ProviderBuilder},
     signers::local::PrivateKeySigner,
     sol_types::SolValue,
@@ -60,6 +60,12 @@ pub fn forwarder_address(
     factory.create2_from_code(salt, init_code)
 }
 
+/// An EIP-681 payment request: a `transfer` of `amount` base units of `token` on chain
+/// `chain_id` to `to`, as wallets scan it (`ethereum:<token>@<chain id>/transfer?address=…&uint256=…`).
+pub fn payment_uri(token: Address, chain_id: u64, to: Address, amount: U256) -> String {
+    format!("ethereum:{token}@{chain_id}/transfer?address={to}&uint256={amount}")
+}
+
 /// Deploys the factory on a devnet; `false` if it is there already.
 pub async fn deploy_devnet_factory(rpc_url: &url::Url) -> anyhow::Result<bool> {
     let deployer = deployer();
@@ -99,4 +105,23 @@ pub async fn deploy_devnet_factory(rpc_url: &url::Url) -> anyhow::Result<bool> {
         );
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payment_request_is_an_eip681_token_transfer() {
+        let token: Address = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+            .parse()
+            .unwrap();
+        let to: Address = "0x0116686E2291dbd5e317F47faDBFb43B599786Ef"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            payment_uri(token, 31337, to, U256::from(5_000_000u64)),
+            "ethereum:0x5FbDB2315678afecb367f032d93F642f64180aa3@31337/transfer?address=0x0116686E2291dbd5e317F47faDBFb43B599786Ef&uint256=5000000"
+        );
+    }
 }

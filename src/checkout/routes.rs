@@ -105,23 +105,26 @@ async fn current(
     access: &CheckoutAccess,
 ) -> Result<CheckoutView, ApiError> {
     let not_found = || ApiError::NotFound("no checkout for that intent".to_owned());
-    let (view, read) = view::find(conn, &access.intent)
+    let (mut view, read) = view::find(conn, &access.intent)
         .await?
         .ok_or_else(not_found)?;
-    if read {
-        return Ok(view);
+    if let (false, Some((endpoint, node)), Ok(token)) =
+        (read, chains.get(&view.chain), view.token.parse())
+    {
+        match tokens::resolve(conn, endpoint, node, token).await {
+            Ok(_) => {
+                view = view::find(conn, &access.intent)
+                    .await?
+                    .ok_or_else(not_found)?
+                    .0
+            }
+            Err(tokens::ResolveError::Chain(_)) => {}
+            Err(tokens::ResolveError::Database(e)) => return Err(e.into()),
+        }
     }
-    let (Some((endpoint, node)), Ok(token)) = (chains.get(&view.chain), view.token.parse()) else {
-        return Ok(view);
-    };
-    match tokens::resolve(conn, endpoint, node, token).await {
-        Ok(_) => Ok(view::find(conn, &access.intent)
-            .await?
-            .ok_or_else(not_found)?
-            .0),
-        Err(tokens::ResolveError::Chain(_)) => Ok(view),
-        Err(tokens::ResolveError::Database(e)) => Err(e.into()),
-    }
+    Ok(view
+        .with_deposit_progress(conn, chains.settings.confirmations)
+        .await?)
 }
 
 /// The intent as its checkout page shows it.
@@ -224,6 +227,10 @@ pub async fn confirm(
     Ok(Json(current(&mut tx, &chains, &access).await?))
 }
 
+/// What a page was last sent of its intent: version, pending reason, and a deposit's progress
+/// (the amount confirming and its confirmations).
+type Shown = (i32, Option<String>, (String, Option<u64>));
+
 /// The intent's view now and after each change, as Server-Sent Events (`event: intent`, the view
 /// as data), for a minute; woken by `changes`, and reading the intent every few seconds anyway.
 #[utoipa::path(
@@ -249,7 +256,7 @@ pub async fn events(
         access: CheckoutAccess,
         changes: tokio::sync::broadcast::Receiver<Arc<str>>,
         stopping: tokio::sync::watch::Receiver<bool>,
-        shown: Option<(i32, Option<String>)>,
+        shown: Option<Shown>,
         until: tokio::time::Instant,
     }
     let start = Following {
@@ -299,7 +306,12 @@ pub async fn events(
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
-            let seen = (now.version, now.pending_reason.clone());
+            // A deposit seen on chain and its confirmations change no version: shown too.
+            let seen = (
+                now.version,
+                now.pending_reason.clone(),
+                (now.amount_confirming.clone(), now.confirmations),
+            );
             if f.shown.as_ref() != Some(&seen) {
                 f.shown = Some(seen);
                 let event = Event::default()

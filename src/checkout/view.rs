@@ -5,9 +5,14 @@ use serde::Serialize;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::intents::{
-    domain::{IntentId, PaymentMethod},
-    state::IntentState,
+use alloy::primitives::U256;
+
+use crate::{
+    chain::deposit,
+    intents::{
+        domain::{IntentId, PaymentMethod},
+        state::IntentState,
+    },
 };
 
 /// An intent as its checkout page shows it.
@@ -34,6 +39,16 @@ pub struct CheckoutView {
     pub deposit_address: Option<String>,
     /// What confirmed transfers to `deposit_address` brought so far, token base units.
     pub amount_received: String,
+    /// For an open deposit intent, what a wallet scans to pay the rest: an EIP-681 `transfer`
+    /// of the token to `deposit_address`, of the amount still due.
+    pub payment_uri: Option<String>,
+    /// `payment_uri` as a QR code, an SVG document.
+    pub payment_qr_svg: Option<String>,
+    /// Transfers to `deposit_address` seen on chain and not yet confirmed: their sum, and the
+    /// confirmations of the oldest of them (of `confirmations_required`).
+    pub amount_confirming: String,
+    pub confirmations: Option<u64>,
+    pub confirmations_required: u64,
     /// The address paid.
     pub merchant: String,
     /// The merchant's display name (its setting), else its id.
@@ -116,6 +131,11 @@ pub async fn find(
             payment_method: r.payment_method,
             deposit_address: r.deposit_address,
             amount_received: r.amount_received,
+            payment_uri: None,
+            payment_qr_svg: None,
+            amount_confirming: "0".to_owned(),
+            confirmations: None,
+            confirmations_required: 0,
             merchant: r.payee,
             merchant_name: r.merchant_name,
             expires_at: r.expires_at,
@@ -126,6 +146,68 @@ pub async fn find(
         };
         (view, r.read)
     }))
+}
+
+impl CheckoutView {
+    /// Fills in how an open deposit intent is paid and how far its payment is: the payment
+    /// request for what is still due, and the transfers waiting for `required` confirmations.
+    pub async fn with_deposit_progress(
+        mut self,
+        conn: &mut PgConnection,
+        required: u64,
+    ) -> Result<Self, sqlx::Error> {
+        let Some(address) = self.deposit_address.clone() else {
+            return Ok(self);
+        };
+        self.confirmations_required = required;
+        let confirming = sqlx::query!(
+            r#"SELECT COALESCE(sum((o.payload->>'value')::numeric), 0)::text AS "amount!",
+                      (SELECT c.block_number FROM chain_cursors c WHERE c.chain_id = $3) - min(o.block_number) + 1 AS confirmations
+                 FROM chain_observations o
+                WHERE o.kind = 'deposit_received' AND o.subject = $1 AND o.applied_at IS NULL
+                  AND o.payload->>'token' = $2"#,
+            self.id,
+            self.token,
+            self.chain_id as i64,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        self.amount_confirming = confirming.amount;
+        self.confirmations = confirming
+            .confirmations
+            .and_then(|n| u64::try_from(n).ok())
+            .map(|n| n.min(required));
+        let due = match (
+            self.amount.parse::<U256>(),
+            self.amount_received.parse::<U256>(),
+        ) {
+            (Ok(amount), Ok(received)) => amount.saturating_sub(received),
+            _ => U256::ZERO,
+        };
+        if let (IntentState::Created, false, Ok(token), Ok(to)) = (
+            self.state,
+            due.is_zero(),
+            self.token.parse(),
+            address.parse(),
+        ) {
+            let uri = deposit::payment_uri(token, self.chain_id, to, due);
+            self.payment_qr_svg = qr_svg(&uri);
+            self.payment_uri = Some(uri);
+        }
+        Ok(self)
+    }
+}
+
+/// `text` as a QR code in SVG, black on white with its quiet zone.
+fn qr_svg(text: &str) -> Option<String> {
+    let code = qrcode::QrCode::with_error_correction_level(text, qrcode::EcLevel::M).ok()?;
+    Some(
+        code.render::<qrcode::render::svg::Color>()
+            .min_dimensions(240, 240)
+            .dark_color(qrcode::render::svg::Color("#000000"))
+            .light_color(qrcode::render::svg::Color("#ffffff"))
+            .build(),
+    )
 }
 
 /// `base_units` (decimal digits) in units of `decimals` places: at least two fractional digits

@@ -344,3 +344,67 @@ test("a client secret opens its own intent's checkout only, and never reaches th
   assert.ok(api.log().includes(`/checkout/${one.id}`) || api.log().includes("/v1/checkout/{id}"), "the log has the requests");
   assert.ok(!api.log().includes(secret.split("_secret_")[1]), "the client secret is not in the log");
 });
+
+test("a deposit intent shows its address, the exact amount and a QR code, and follows what arrives", async () => {
+  // Its own server, waiting for three confirmations, so the page can show them.
+  const deposits = await startApi("checkout_deposit", chain, {
+    CHAIN_CONFIRMATIONS: "3",
+    DEPOSIT_FACTORIES: "evm:31337=0x0116686E2291dbd5e317F47faDBFb43B599786Ef",
+  });
+  try {
+    const created = await deposits.merchant("POST", "/v1/payment_intents", {
+      chain: "evm:31337", token: DEVNET_USD, merchant: MERCHANT, amount: "25000000", payment_method: "deposit_address",
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const intent = created.body;
+    const before = balanceOf(DEVNET_USD, MERCHANT);
+    // A plain ERC-20 transfer from the payer's wallet, as any wallet or exchange sends it.
+    const send = (amount) => rpc("eth_sendTransaction", [{
+      from: PAYER,
+      to: DEVNET_USD,
+      data: `0xa9059cbb${intent.deposit_address.slice(2).toLowerCase().padStart(64, "0")}${BigInt(amount).toString(16).padStart(64, "0")}`,
+    }]);
+    const { page, context } = await walletPage({ language: "zh-TW" });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(intent.checkout_url);
+    await page.locator("#deposit-address").getByText(intent.deposit_address).waitFor();
+    await page.getByText(/剛好 25\.00 dUSD/).waitFor();
+    await until("the QR code drawn", () => page.locator("#qr").evaluate((img) => img.complete && img.naturalWidth > 0));
+    assert.equal(
+      await page.locator("#qr").getAttribute("alt"),
+      `ethereum:${DEVNET_USD}@31337/transfer?address=${intent.deposit_address}&uint256=25000000`,
+    );
+    assert.equal(await page.locator("#payer-row").isHidden(), true, "no payer to show");
+    assert.equal(await page.getByRole("button", { name: "連接錢包" }).isHidden(), true, "no wallet needed");
+    await accessible(page, "the deposit page (zh-TW)");
+    await shot(page, "deposit");
+
+    // Part of it: seen, then confirmed; the rest is asked for, by a new code.
+    await send("10000000");
+    await until("the transfer seen", async () => (await page.locator("#progress").textContent()).includes("1／3"));
+    await shot(page, "deposit-confirming");
+    await rpc("anvil_mine", ["0x2"]);
+    await until("partially paid", async () => (await status(page).textContent()).includes("已收到 10.00 dUSD"));
+    await until("the code asks for the rest", async () => (await page.locator("#qr").getAttribute("alt")).endsWith("uint256=15000000"));
+    await accessible(page, "the partially paid page (zh-TW)");
+    await shot(page, "deposit-partial");
+
+    // The rest and a little more: paid, the excess said; the sweep reaches the merchant.
+    await send("15500000");
+    await rpc("anvil_mine", ["0x2"]);
+    await until("paid", async () => (await status(page).textContent()).startsWith("已付款，比要求多了 0.50 dUSD"));
+    assert.equal(await page.locator("#deposit").isHidden(), true);
+    await shot(page, "deposit-paid");
+    await until("swept to the merchant", async () => {
+      await rpc("anvil_mine", ["0x1"]);
+      return balanceOf(DEVNET_USD, MERCHANT) - before === 25500000n;
+    });
+    const { body } = await deposits.merchant("GET", `/v1/payment_intents/${intent.id}`);
+    assert.equal(body.state, "succeeded");
+    assert.equal(body.amount_received, "25500000");
+    assert.equal(body.amount_overpaid, "500000");
+    await context.close();
+  } finally {
+    deposits.stop();
+  }
+});

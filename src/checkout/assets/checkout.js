@@ -2,6 +2,8 @@
 // URL's fragment (never sent to a server), shows the intent, connects a wallet found by EIP-6963
 // (or window.ethereum), asks it to sign the intent's EIP-712 document and confirms the signature,
 // retrying with the same Idempotency-Key until it has an answer; then it follows the intent live.
+// A deposit intent is paid by a plain transfer instead: the page shows its address, the exact
+// amount and an EIP-681 QR code, and what arrived and how many confirmations it has.
 "use strict";
 
 const STRINGS = {
@@ -37,6 +39,15 @@ const STRINGS = {
     expired: "This payment request expired.",
     unavailable: "This checkout link is not valid.",
     offline: "Reconnecting…",
+    send_to: "Send to this address",
+    copy: "Copy address",
+    copied: "Copied",
+    deposit_hint: "Send exactly {amount} on {chain} from any wallet or exchange. Scan the code with a wallet, or copy the address.",
+    deposit_secure: "Sent to an address of this payment alone, which can only pay the merchant.",
+    deposit_waiting: "Waiting for your transfer.",
+    deposit_partial: "Received {received} of {amount}. Send the remaining {due} to the same address.",
+    deposit_confirming: "{amount} seen on chain: {confirmations} of {required} confirmations.",
+    deposit_overpaid: "Paid, with {overpaid} more than asked. Transaction {hash}",
     reasons: {
       authorization_expired: "the authorization expired",
       nonce_used_otherwise: "the authorization was used for another transfer",
@@ -78,6 +89,15 @@ const STRINGS = {
     expired: "這筆付款要求已過期。",
     unavailable: "這個結帳連結無效。",
     offline: "重新連線中…",
+    send_to: "轉帳到此地址",
+    copy: "複製地址",
+    copied: "已複製",
+    deposit_hint: "請在 {chain} 上從任何錢包或交易所轉入剛好 {amount}。可用錢包掃描條碼，或複製地址。",
+    deposit_secure: "款項轉入這筆付款專屬的地址，只能轉給商家。",
+    deposit_waiting: "等待您的轉帳。",
+    deposit_partial: "已收到 {received}，共 {amount}。請將其餘的 {due} 轉到同一個地址。",
+    deposit_confirming: "鏈上已看到 {amount}：已確認 {confirmations}／{required}。",
+    deposit_overpaid: "已付款，比要求多了 {overpaid}。交易 {hash}",
     reasons: {
       authorization_expired: "授權已過期",
       nonce_used_otherwise: "授權已被用於另一筆轉帳",
@@ -125,8 +145,28 @@ function short(address) {
 }
 
 function amountText() {
+  return view ? units(view.amount) : "";
+}
+
+// Base units in the token's units, with its symbol, when the token says its decimals.
+function units(baseUnits) {
   if (!view) return "";
-  return view.amount_display ? `${view.amount_display} ${view.symbol ?? ""}`.trim() : `${view.amount} (base units)`;
+  if (view.decimals == null) return `${baseUnits} (base units)`;
+  const digits = String(baseUnits).padStart(view.decimals + 1, "0");
+  const whole = digits.slice(0, digits.length - view.decimals);
+  let fraction = digits.slice(digits.length - view.decimals).replace(/0+$/, "");
+  fraction = fraction.padEnd(Math.min(2, view.decimals), "0");
+  return `${fraction ? `${whole}.${fraction}` : whole} ${view.symbol ?? ""}`.trim();
+}
+
+function byDeposit() {
+  return view && view.payment_method === "deposit_address";
+}
+
+function due() {
+  if (!view) return "0";
+  const left = BigInt(view.amount) - BigInt(view.amount_received);
+  return left > 0n ? left.toString() : "0";
 }
 
 // ---- rendering -------------------------------------------------------------------------------
@@ -148,9 +188,12 @@ function render() {
     $("recipient").textContent = short(view.merchant);
     $("recipient").title = view.merchant;
     $("payer").textContent = short(view.payer);
-    $("payer").title = view.payer;
+    $("payer").title = view.payer ?? "";
+    $("payer-row").hidden = byDeposit();
+    $("foot").textContent = t(byDeposit() ? "deposit_secure" : "secure");
   }
-  const payable = view && view.state === "created" && !expired();
+  renderDeposit();
+  const payable = view && view.state === "created" && !expired() && !byDeposit();
   $("connect").hidden = Boolean(account) || !payable;
   $("connect").disabled = !payable;
   $("pay").hidden = !account || !payable;
@@ -159,6 +202,23 @@ function render() {
   $("account").textContent = note ? t(note[0], note[1]) : "";
   renderStatus();
   renderCountdown();
+}
+
+// A deposit intent's address, QR code and the amount still due, while it can be paid.
+function renderDeposit() {
+  const open = byDeposit() && view.state === "created" && !expired();
+  $("deposit").hidden = !open;
+  if (!open) return;
+  $("deposit-address").textContent = view.deposit_address;
+  $("deposit-hint").textContent = t("deposit_hint", { amount: units(due()), chain: chainName(view.chain_id) });
+  $("qr").alt = view.payment_uri ?? "";
+  if (view.payment_qr_svg) {
+    const source = `data:image/svg+xml;base64,${btoa(view.payment_qr_svg)}`;
+    if ($("qr").src !== source) $("qr").src = source;
+  }
+  $("progress").textContent = view.confirmations != null
+    ? t("deposit_confirming", { amount: units(view.amount_confirming), confirmations: view.confirmations, required: view.confirmations_required })
+    : "";
 }
 
 function renderStatus() {
@@ -173,7 +233,14 @@ function renderStatus() {
     return;
   }
   const state = stateName();
-  if (state === "succeeded" || (state === "canceled" && view.transaction_hash)) {
+  if (byDeposit() && state === "succeeded" && BigInt(view.amount_received) > BigInt(view.amount)) {
+    const overpaid = (BigInt(view.amount_received) - BigInt(view.amount)).toString();
+    status.textContent = t("deposit_overpaid", { overpaid: units(overpaid), hash: view.transaction_hash });
+  } else if (byDeposit() && state === "created") {
+    status.textContent = BigInt(view.amount_received) > 0n
+      ? t("deposit_partial", { received: units(view.amount_received), amount: units(view.amount), due: units(due()) })
+      : t("deposit_waiting");
+  } else if (state === "succeeded" || (state === "canceled" && view.transaction_hash)) {
     status.textContent = t("succeeded", { hash: view.transaction_hash });
   } else if (state === "processing" && view.pending_reason) {
     status.textContent = t("pending", { reason: reason(view.pending_reason) });
@@ -287,7 +354,17 @@ async function findWallet() {
 }
 
 function rightAccount() {
-  return account && view && account.toLowerCase() === view.payer.toLowerCase();
+  return account && view && view.payer && account.toLowerCase() === view.payer.toLowerCase();
+}
+
+async function copyAddress() {
+  try {
+    await navigator.clipboard.writeText(view.deposit_address);
+    $("copy").textContent = t("copied");
+    setTimeout(() => { $("copy").textContent = t("copy"); }, 2000);
+  } catch {
+    // No clipboard (an insecure origin): the address is on the page to select.
+  }
 }
 
 async function connect() {
@@ -423,6 +500,7 @@ for (const button of document.querySelectorAll("[data-lang]")) {
 }
 $("connect").addEventListener("click", connect);
 $("pay").addEventListener("click", pay);
+$("copy").addEventListener("click", copyAddress);
 setInterval(() => {
   renderCountdown();
   if (view && view.state === "created" && expired()) render();
