@@ -4,6 +4,7 @@
 //!
 //! Writes `target/bench/results.json` and `target/bench/chart.svg`.
 
+mod deposits;
 mod endpoint_cost;
 mod retention;
 mod settlement;
@@ -115,6 +116,7 @@ struct Report {
     webhooks: Option<WebhookReport>,
     endpoint_cost: Option<endpoint_cost::EndpointCostReport>,
     settlement: Option<settlement::SettlementReport>,
+    deposits: Option<deposits::DepositReport>,
     x402: Option<x402::X402Report>,
     retention: Option<retention::RetentionReport>,
     noisy_neighbour: Option<tenants::NoisyNeighbourReport>,
@@ -251,6 +253,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let deposits = if wanted("deposits") {
+        Some(deposits::run(&api_bin, &args.server, &[1_000, 100_000], 1_000).await?)
+    } else {
+        None
+    };
     let x402 = if wanted("x402") {
         Some(
             x402::run(
@@ -297,6 +304,7 @@ async fn main() -> anyhow::Result<()> {
         webhooks,
         endpoint_cost,
         settlement,
+        deposits,
         x402,
         retention,
         noisy_neighbour,
@@ -777,6 +785,14 @@ fn print_report(report: &Report) {
             s.max_payments_per_block,
             s.wall_seconds
         );
+    }
+    if let Some(d) = &report.deposits {
+        for run in &d.runs {
+            println!(
+                "deposits: one block of {} transfers among {} open deposit intents: observed {:.0} ms, applied {:.0} ms after it was mined",
+                run.transfers, run.open_intents, run.observed_ms, run.applied_ms
+            );
+        }
     }
     if let Some(n) = &report.noisy_neighbour {
         let statuses = |w: &Workload| format!("{:?}", w.statuses);

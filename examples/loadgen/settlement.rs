@@ -61,15 +61,14 @@ fn anvil_bin() -> PathBuf {
 
 /// Anvil with one-second blocks; returns it and its RPC URL.
 pub fn start_anvil() -> anyhow::Result<(Anvil, String)> {
+    start_anvil_with(&["--block-time", &BLOCK_SECONDS.to_string()])
+}
+
+/// Anvil on chain 31337 with `args`; returns it and its RPC URL.
+pub fn start_anvil_with(args: &[&str]) -> anyhow::Result<(Anvil, String)> {
     let mut child = Command::new(anvil_bin())
-        .args([
-            "--port",
-            "0",
-            "--chain-id",
-            "31337",
-            "--block-time",
-            &BLOCK_SECONDS.to_string(),
-        ])
+        .args(["--port", "0", "--chain-id", "31337"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

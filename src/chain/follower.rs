@@ -37,6 +37,10 @@ const MAX_BLOCKS_PER_TICK: u64 = 500;
 const KEPT_BELOW_CONFIRMED: i64 = 64;
 /// Where a follower with no cursor starts: this many blocks below the head.
 const START_BELOW_HEAD: u64 = 256;
+/// Confirmed observations applied per transaction.
+const APPLY_BATCH: i64 = 100;
+/// Transactions applying confirmed observations at once, when more than a batch waits.
+const APPLIERS: i32 = 4;
 
 /// The logs a watch wants now: emitted by one of `addresses`, with one of `events` as topic 0.
 #[derive(Debug, Clone, Default)]
@@ -635,51 +639,101 @@ impl<W: Watch> Follower<W> {
         }))
     }
 
-    /// Hands every observation whose block is now confirmed to the watch, oldest first, each in
-    /// its own transaction with the mark that it was applied; `SKIP LOCKED` lets replicas share.
+    /// Hands every observation whose block is now confirmed to the watch, up to [`APPLY_BATCH`]
+    /// in a transaction with the mark that they were applied (a block of a thousand deposits is
+    /// ten commits, not a thousand); `SKIP LOCKED` lets replicas share. More than a batch is
+    /// applied by [`APPLIERS`] at once, each on its own connection and its own share of the
+    /// subjects: a subject's observations stay in one applier, oldest first, as their order
+    /// matters (a deposit before expiry, then one after).
     async fn apply_confirmed(
         &self,
         conn: &mut PgConnection,
         confirmed: i64,
     ) -> Result<(), FollowError> {
+        let pending = sqlx::query_scalar!(
+            r#"SELECT count(*) AS "pending!" FROM chain_observations
+                WHERE chain_id = $1 AND applied_at IS NULL AND block_number <= $2"#,
+            self.chain.id as i64,
+            confirmed,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if pending <= APPLY_BATCH {
+            return self.apply_share(conn, confirmed, (0, 1)).await;
+        }
+        let others = (1..APPLIERS).map(|share| async move {
+            let mut conn = self.pool.acquire().await?;
+            self.apply_share(&mut conn, confirmed, (share, APPLIERS))
+                .await
+        });
+        let (first, rest) = tokio::join!(
+            self.apply_share(conn, confirmed, (0, APPLIERS)),
+            futures::future::try_join_all(others)
+        );
+        first.and(rest.map(drop))
+    }
+
+    /// [`Follower::apply_confirmed`] for the subjects whose hash is `share.0` modulo `share.1`.
+    async fn apply_share(
+        &self,
+        conn: &mut PgConnection,
+        confirmed: i64,
+        share: (i32, i32),
+    ) -> Result<(), FollowError> {
         loop {
             let mut tx = conn.begin().await?;
-            let next = sqlx::query!(
+            let batch = sqlx::query!(
                 r#"SELECT transaction_hash, log_index, block_number, block_timestamp, kind, subject,
                           payload AS "payload: Json<Value>"
                      FROM chain_observations
                     WHERE chain_id = $1 AND applied_at IS NULL AND block_number <= $2
+                      AND (hashtext(subject) & 2147483647) % $5 = $4
                     ORDER BY block_number, log_index
-                    LIMIT 1
+                    LIMIT $3
                       FOR UPDATE SKIP LOCKED"#,
                 self.chain.id as i64,
                 confirmed,
+                APPLY_BATCH,
+                share.0,
+                share.1,
             )
-            .fetch_optional(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-            let Some(row) = next else { return Ok(()) };
-            let observation = Observation {
-                transaction_hash: row.transaction_hash,
-                log_index: row.log_index,
-                block_number: row.block_number,
-                block_timestamp: row.block_timestamp,
-                kind: row.kind,
-                subject: row.subject,
-                payload: row.payload.0,
-            };
-            let outcome = self.watch.apply(&mut tx, &self.chain, &observation).await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let mut outcomes = Vec::with_capacity(batch.len());
+            let (mut hashes, mut indexes) = (Vec::new(), Vec::new());
+            for row in batch {
+                let observation = Observation {
+                    transaction_hash: row.transaction_hash,
+                    log_index: row.log_index,
+                    block_number: row.block_number,
+                    block_timestamp: row.block_timestamp,
+                    kind: row.kind,
+                    subject: row.subject,
+                    payload: row.payload.0,
+                };
+                outcomes.push(self.watch.apply(&mut tx, &self.chain, &observation).await?);
+                hashes.push(observation.transaction_hash);
+                indexes.push(observation.log_index);
+            }
             sqlx::query!(
-                "UPDATE chain_observations SET applied_at = now()
-                  WHERE chain_id = $1 AND transaction_hash = $2 AND log_index = $3",
+                "UPDATE chain_observations o SET applied_at = now()
+                   FROM unnest($2::text[], $3::int[]) AS a (transaction_hash, log_index)
+                  WHERE o.chain_id = $1 AND o.transaction_hash = a.transaction_hash
+                    AND o.log_index = a.log_index",
                 self.chain.id as i64,
-                observation.transaction_hash,
-                observation.log_index,
+                &hashes,
+                &indexes,
             )
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
-            metrics::counter!(names::SETTLEMENTS, "chain" => self.chain.name.clone(), "outcome" => outcome)
-                .increment(1);
+            for outcome in outcomes {
+                metrics::counter!(names::SETTLEMENTS, "chain" => self.chain.name.clone(), "outcome" => outcome)
+                    .increment(1);
+            }
         }
     }
 }

@@ -9,11 +9,7 @@
 
 use std::collections::HashMap;
 
-use alloy::{
-    primitives::{Address, U256},
-    rpc::types::Log,
-    sol_types::SolEvent,
-};
+use alloy::{primitives::Address, rpc::types::Log, sol_types::SolEvent};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use time::OffsetDateTime;
@@ -27,7 +23,7 @@ use crate::{
     },
     config::ChainEndpoint,
     intents::{
-        repo::{self, Settlement, TransitionError},
+        repo::{self, Change, Seen, Settlement, TransitionError},
         state::{self, Action, Actor, IntentState},
     },
     ledger,
@@ -269,41 +265,56 @@ impl DepositWatch {
     ) -> Result<&'static str, sqlx::Error> {
         let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
             .map_err(|e| sqlx::Error::Decode(e.into()))?;
+        // The rule of paying, in one statement: what it received now pays it if it reaches the
+        // amount within the tolerance, and only while it is open and its time has not run out by
+        // the deposit's block; once paid, what it received beyond the amount is overpaid.
         let intent = sqlx::query!(
-            r#"UPDATE payment_intents SET amount_received = amount_received + $3::text::numeric
-                WHERE merchant_id = $1 AND id = $2
-            RETURNING state AS "state: IntentState", cancellation_reason, expires_at,
-                      amount::text AS "amount!", amount_received::text AS "received!""#,
+            r#"WITH counted AS (
+                   SELECT merchant_id, id, amount_received + $3::text::numeric AS received,
+                          (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5) AS reaches,
+                          state = 'created' AND expires_at < $4 AS late,
+                          state = 'succeeded'
+                          OR (state = 'created' AND expires_at >= $4
+                              AND (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5)) AS pays
+                     FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE
+               )
+               UPDATE payment_intents p
+                  SET amount_received = c.received,
+                      amount_overpaid = CASE WHEN c.pays THEN GREATEST(c.received - p.amount, 0) ELSE p.amount_overpaid END
+                 FROM counted c
+                WHERE p.merchant_id = c.merchant_id AND p.id = c.id
+            RETURNING p.state AS "state: IntentState", p.version, p.cancellation_reason, c.reaches AS "reaches!", c.late AS "late!""#,
             transfer.merchant_id,
             transfer.intent_id,
             transfer.value,
+            block_time,
+            i32::try_from(self.underpayment_tolerance_bps).unwrap_or(0),
         )
         .fetch_one(&mut *tx)
         .await?;
-        let (mut state, mut reason) = (intent.state, intent.cancellation_reason);
-        if state == IntentState::Created && intent.expires_at < block_time {
-            match self.transition(tx, transfer, Action::Expire, None).await? {
-                Some(expired) => (state, reason) = (expired.state, expired.cancellation_reason),
+        // The row is locked: the intent is as read, and moves from there.
+        let mut seen = Seen {
+            state: intent.state,
+            version: intent.version,
+        };
+        let mut reason = intent.cancellation_reason;
+        if intent.late {
+            match self
+                .transition(tx, transfer, seen, Action::Expire, None)
+                .await?
+            {
+                Some(expired) => {
+                    seen = Seen {
+                        state: expired.state,
+                        version: expired.version,
+                    };
+                    reason = expired.cancellation_reason;
+                }
                 None => return Ok("ignored"),
             }
         }
-        let number = |raw: &str| {
-            raw.parse::<U256>()
-                .map_err(|e| sqlx::Error::Decode(format!("stored amount {raw}: {e}").into()))
-        };
-        let (amount, received) = (number(&intent.amount)?, number(&intent.received)?);
-        let action =
-            state::deposit_action(state, reason.as_deref(), self.reaches(amount, received));
-        if action == Action::Settle || state == IntentState::Succeeded {
-            sqlx::query!(
-                "UPDATE payment_intents SET amount_overpaid = GREATEST(amount_received - amount, 0)
-                  WHERE merchant_id = $1 AND id = $2",
-                transfer.merchant_id,
-                transfer.intent_id,
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
+        let state = seen.state;
+        let action = state::deposit_action(state, reason.as_deref(), intent.reaches);
         let paid = Settlement {
             transaction_hash: o.transaction_hash.clone(),
             block_number: o.block_number as u64,
@@ -311,7 +322,10 @@ impl DepositWatch {
         };
         let settlement = (action == Action::Settle).then_some(&paid);
         Ok(
-            match self.transition(tx, transfer, action, settlement).await? {
+            match self
+                .transition(tx, transfer, seen, action, settlement)
+                .await?
+            {
                 Some(_) if action == Action::Settle => "succeeded",
                 Some(_) => match action {
                     Action::DepositAfterExpiry => "paid_after_expiry",
@@ -324,32 +338,35 @@ impl DepositWatch {
         )
     }
 
-    /// Whether `received` pays `amount`, within the tolerance.
-    fn reaches(&self, amount: U256, received: U256) -> bool {
-        let bps = U256::from(10_000u32);
-        received.saturating_mul(bps)
-            >= amount.saturating_mul(bps - U256::from(self.underpayment_tolerance_bps))
-    }
-
     /// `action` on the intent by the chain; `None` if the machine does not allow it (logged).
     async fn transition(
         &self,
         tx: &mut PgConnection,
         transfer: &DepositTransfer,
+        seen: Seen,
         action: Action,
         settlement: Option<&Settlement>,
     ) -> Result<Option<repo::PaymentIntent>, sqlx::Error> {
-        match repo::apply_paid(
+        let change = Change {
+            action,
+            actor: &Actor::Chain,
+            settlement,
+            pending_reason: None,
+        };
+        match repo::apply_seen(
             tx,
             &transfer.merchant_id,
             &transfer.intent_id,
-            action,
-            &Actor::Chain,
-            settlement,
+            seen,
+            &change,
         )
         .await
         {
-            Ok(intent) => {
+            Ok(None) => Err(sqlx::Error::Protocol(format!(
+                "payment intent {} changed under its row lock",
+                transfer.intent_id
+            ))),
+            Ok(Some(intent)) => {
                 tracing::info!(intent = %intent.id, state = %intent.state, received = %intent.amount_received, "deposit counted");
                 Ok(Some(intent))
             }

@@ -285,54 +285,95 @@ pub async fn apply_with(
         let from = IntentState::parse(&current.state).ok_or_else(|| {
             sqlx::Error::Decode(format!("unknown intent state {:?}", current.state).into())
         })?;
-        let step = state::transition(from, action).ok_or(TransitionError::Forbidden {
-            from,
-            action: action.as_str(),
-        })?;
-        let moved = sqlx::query_as!(
-            PaymentIntent,
-            r#"
-            WITH moved AS (
-                UPDATE payment_intents
-                   SET state = $4, version = version + 1, updated_at = now(),
-                       canceled_at = CASE WHEN $5::text IS NULL THEN canceled_at ELSE now() END,
-                       cancellation_reason = COALESCE($5, cancellation_reason),
-                       failure_reason = COALESCE($9, failure_reason),
-                       settlement = COALESCE($10, settlement),
-                       pending_reason = CASE WHEN $4 = 'processing' THEN COALESCE($11, pending_reason) END
-                 WHERE merchant_id = $1 AND id = $2 AND version = $3 AND state = $6
-             RETURNING *
-            ), recorded AS (
-                INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
-                SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
-            )
-            SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
-                   expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-                   settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
-              FROM moved
-            "#,
-            merchant,
-            id,
-            current.version,
-            step.to.as_str(),
-            step.cancellation_reason,
-            from.as_str(),
-            action.as_str(),
-            actor.label(),
-            step.failure_reason,
-            settlement.map(Json) as _,
+        let seen = Seen {
+            state: from,
+            version: current.version,
+        };
+        let change = Change {
+            action,
+            actor,
+            settlement,
             pending_reason,
-        )
-        .fetch_optional(&mut *conn)
-        .await?;
-        if let Some(intent) = moved {
-            record_event(conn, merchant, &step.event_type(), &intent).await?;
+        };
+        if let Some(intent) = apply_seen(conn, merchant, id, seen, &change).await? {
             return Ok(intent);
         }
     }
     Err(TransitionError::Database(sqlx::Error::Protocol(format!(
         "payment intent {id} kept changing under {ROUNDS} transition attempts"
     ))))
+}
+
+/// An intent's state and version as its caller read them.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    pub state: IntentState,
+    pub version: i32,
+}
+
+/// What a transition does and records.
+pub struct Change<'a> {
+    pub action: Action,
+    pub actor: &'a Actor,
+    pub settlement: Option<&'a Settlement>,
+    pub pending_reason: Option<&'a str>,
+}
+
+/// The transition of `change` from `seen`, if the machine allows it from there: `None` if the
+/// intent is no longer as seen (another writer moved it). A caller holding the intent's row
+/// lock knows it is as seen, and saves the read [`apply_with`] makes first.
+pub async fn apply_seen(
+    conn: &mut PgConnection,
+    merchant: &str,
+    id: &str,
+    seen: Seen,
+    change: &Change<'_>,
+) -> Result<Option<PaymentIntent>, TransitionError> {
+    let (from, action) = (seen.state, change.action);
+    let step = state::transition(from, action).ok_or(TransitionError::Forbidden {
+        from,
+        action: action.as_str(),
+    })?;
+    let moved = sqlx::query_as!(
+        PaymentIntent,
+        r#"
+        WITH moved AS (
+            UPDATE payment_intents
+               SET state = $4, version = version + 1, updated_at = now(),
+                   canceled_at = CASE WHEN $5::text IS NULL THEN canceled_at ELSE now() END,
+                   cancellation_reason = COALESCE($5, cancellation_reason),
+                   failure_reason = COALESCE($9, failure_reason),
+                   settlement = COALESCE($10, settlement),
+                   pending_reason = CASE WHEN $4 = 'processing' THEN COALESCE($11, pending_reason) END
+             WHERE merchant_id = $1 AND id = $2 AND version = $3 AND state = $6
+         RETURNING *
+        ), recorded AS (
+            INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
+            SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
+        )
+        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
+               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
+               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+          FROM moved
+        "#,
+        merchant,
+        id,
+        seen.version,
+        step.to.as_str(),
+        step.cancellation_reason,
+        from.as_str(),
+        action.as_str(),
+        change.actor.label(),
+        step.failure_reason,
+        change.settlement.map(Json) as _,
+        change.pending_reason,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(intent) = &moved {
+        record_event(conn, merchant, &step.event_type(), intent).await?;
+    }
+    Ok(moved)
 }
 
 /// Which intents' time ran out: by the clock for chains without settlement, or on one settled

@@ -260,16 +260,22 @@ async fn deposits(
         }
     }
     // What each address holds by the ledger is what it holds on chain at the confirmed block.
-    let mut held: BTreeMap<(String, String), U256> = BTreeMap::new();
-    let mut signed = |(address, token, amount): &(String, String, String)| {
-        let entry = held.entry((address.clone(), token.clone())).or_default();
+    // (into, out of) each address, per token: the ledger's postings in whatever order they come.
+    let mut moved: BTreeMap<(String, String), (U256, U256)> = BTreeMap::new();
+    for (address, token, amount) in booked.values() {
+        let entry = moved.entry((address.clone(), token.clone())).or_default();
         match amount.strip_prefix('-') {
-            Some(out) => *entry = entry.saturating_sub(out.parse().unwrap_or_default()),
-            None => *entry = entry.saturating_add(amount.parse().unwrap_or_default()),
+            Some(out) => entry.1 = entry.1.saturating_add(out.parse().unwrap_or_default()),
+            None => entry.0 = entry.0.saturating_add(amount.parse().unwrap_or_default()),
         }
-    };
-    booked.values().for_each(&mut signed);
-    for ((address, token), by_ledger) in held {
+    }
+    for ((address, token), (into, out)) in moved {
+        let Some(by_ledger) = into.checked_sub(out) else {
+            report.differences.push(format!(
+                "deposit address {address}: the ledger has {out} of {token} leaving it, more than the {into} it received"
+            ));
+            continue;
+        };
         let (Ok(holder), Ok(contract)) = (address.parse::<Address>(), token.parse::<Address>())
         else {
             continue;
