@@ -69,13 +69,17 @@ pub struct Inputs<'a> {
 }
 
 /// An intent's state as the checker needs it.
+#[derive(sqlx::FromRow)]
 struct IntentRow {
+    merchant_id: String,
+    id: String,
     state: String,
     version: i32,
     cancellation_reason: Option<String>,
     failure_reason: Option<String>,
     transitions: i64,
     token: String,
+    /// Its payer's address; empty for a deposit intent, which anyone pays.
     payer: String,
     payee: String,
     amount: String,
@@ -83,6 +87,17 @@ struct IntentRow {
     settled_by: Option<String>,
     /// The nonce its authorization carries (an x402 payer's own, or derived from its id).
     nonce: Option<Vec<u8>>,
+    /// `authorization` or `deposit_address`.
+    payment_method: String,
+    deposit_address: Option<String>,
+    amount_received: String,
+    amount_overpaid: String,
+}
+
+impl IntentRow {
+    fn by_authorization(&self) -> bool {
+        self.payment_method == "authorization"
+    }
 }
 
 /// A refund as the checker needs it.
@@ -120,6 +135,11 @@ struct Stored {
     chain: ChainFacts,
     /// x402 payments by nonce (hex): (merchant, intent).
     x402: HashMap<String, (String, String)>,
+    /// (transaction, log index) -> (kind, intent, the deposit address's posting, the other
+    /// posting's account) of every deposit and sweep entry.
+    deposit_ledger: HashMap<(String, i32), (String, String, String, String)>,
+    /// (transaction, log index) of every applied deposit observation, with its kind.
+    deposit_observations: HashMap<(String, i32), String>,
 }
 
 /// (chain, transaction hash, log index) of a ledger entry.
@@ -145,50 +165,39 @@ struct ChainFacts {
     /// Confirmed `AuthorizationUsed` logs of a refund's nonce by its merchant address: (refund,
     /// transaction, whether the next transfer pays the refund exactly).
     refund_uses: Vec<(String, String, bool)>,
+    /// Confirmed `Transfer`s into or out of a deposit address.
+    deposit_transfers: Vec<DepositTransfer>,
+    /// What each (deposit address, token) holds on chain at the end.
+    deposit_balances: HashMap<(String, String), String>,
+}
+
+/// A confirmed `Transfer` into (`into`) or out of a deposit address.
+struct DepositTransfer {
+    transaction: String,
+    log_index: i32,
+    merchant: String,
+    intent: String,
+    address: String,
+    token: String,
+    counterparty: String,
+    value: String,
+    into: bool,
 }
 
 impl Stored {
     async fn load(pool: &PgPool, inputs: &Inputs<'_>) -> anyhow::Result<Self> {
-        type Raw = (
-            String,
-            String,
-            String,
-            i32,
-            Option<String>,
-            Option<String>,
-            i64,
-            String,
-            String,
-            String,
-            String,
-            Option<String>,
-            Option<Vec<u8>>,
-        );
-        let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, Raw>(
+        let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, IntentRow>(
             "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, p.failure_reason, \
-                    (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id), \
-                    p.token, p.payer, p.payee, p.amount::text, p.settlement->>'transaction_hash', p.chain_nonce \
+                    (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id) AS transitions, \
+                    p.token, COALESCE(p.payer, '') AS payer, p.payee, p.amount::text AS amount, \
+                    p.settlement->>'transaction_hash' AS settled_by, p.chain_nonce AS nonce, p.payment_method, \
+                    p.deposit_address, p.amount_received::text AS amount_received, p.amount_overpaid::text AS amount_overpaid \
                FROM payment_intents p",
         )
         .fetch_all(pool)
         .await?
         .into_iter()
-        .map(|(merchant, id, state, version, cancellation_reason, failure_reason, transitions, token, payer, payee, amount, settled_by, nonce)| {
-            let row = IntentRow {
-                state,
-                version,
-                cancellation_reason,
-                failure_reason,
-                transitions,
-                token,
-                payer,
-                payee,
-                amount,
-                settled_by,
-                nonce,
-            };
-            ((merchant, id), row)
-        })
+        .map(|row| ((row.merchant_id.clone(), row.id.clone()), row))
         .collect();
         let records = sqlx::query_as::<_, (String, String, String, Option<i16>, Option<Vec<u8>>)>(
             "SELECT scope, key, state, response_status, response_body FROM idempotency_keys",
@@ -263,7 +272,30 @@ impl Stored {
         .into_iter()
         .map(|(nonce, merchant, intent)| (format!("0x{}", hex::encode(nonce)), (merchant, intent)))
         .collect();
+        let deposit_ledger = sqlx::query_as::<_, (String, i32, String, String, String, String)>(
+            "SELECT e.transaction_hash, e.log_index, e.kind, e.intent_id, d.amount::text, o.account \
+               FROM ledger_entries e \
+               JOIN ledger_postings d ON d.entry_id = e.id AND d.account LIKE 'deposit:%' \
+               JOIN ledger_postings o ON o.entry_id = e.id AND o.account NOT LIKE 'deposit:%' \
+              WHERE e.kind IN ('deposit', 'sweep')",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(tx, log, kind, intent, amount, other)| ((tx, log), (kind, intent, amount, other)))
+        .collect();
+        let deposit_observations = sqlx::query_as::<_, (String, i32, String)>(
+            "SELECT transaction_hash, log_index, kind FROM chain_observations \
+              WHERE kind IN ('deposit_received', 'deposit_swept') AND applied_at IS NOT NULL",
+        )
+        .fetch_all(pool)
+        .await?
+        .into_iter()
+        .map(|(tx, log, kind)| ((tx, log), kind))
+        .collect();
         Ok(Self {
+            deposit_ledger,
+            deposit_observations,
             x402,
             intents,
             refunds,
@@ -286,7 +318,7 @@ impl Stored {
 type Invariant = fn(&Stored, &Inputs) -> Row;
 
 /// Every invariant, in the order the verdict prints them.
-const INVARIANTS: [Invariant; 22] = [
+const INVARIANTS: [Invariant; 25] = [
     one_key_per_intent,
     one_intent_per_successful_key,
     identical_answers_per_key,
@@ -309,6 +341,9 @@ const INVARIANTS: [Invariant; 22] = [
     refunds_stay_within_their_payment,
     every_refund_reflected_once,
     x402_one_success_per_payment,
+    every_confirmed_deposit_booked_once,
+    deposit_intents_paid_by_what_arrived,
+    every_deposit_swept_to_its_merchant,
 ];
 
 /// Reads the database and checks every invariant against it and the run's history.
@@ -643,7 +678,8 @@ fn each_intent_moved_at_most_once(stored: &Stored, _: &Inputs) -> Row {
         .filter(|intent| {
             let counted = i64::from(intent.version) == intent.transitions + 1;
             let complete = match intent.state.as_str() {
-                "created" => intent.version == 1,
+                // A deposit intent paid in part stays created, one change per part.
+                "created" => intent.version == 1 || !intent.by_authorization(),
                 "processing" => intent.version == 2,
                 "canceled" => intent.cancellation_reason.is_some(),
                 "succeeded" => intent.settled_by.is_some(),
@@ -698,6 +734,10 @@ fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
             .unwrap_or_default();
         seen.sort_unstable();
         if seen != (1..=intent.version).collect::<Vec<_>>() {
+            eprintln!(
+                "checker: {merchant}/{id} ({}, {}) is at version {} with events of versions {seen:?}",
+                intent.payment_method, intent.state, intent.version
+            );
             wrong += 1;
         }
     }
@@ -904,7 +944,80 @@ impl ChainFacts {
                 .cancellations
                 .push((merchant.clone(), id.clone(), tx.to_string()));
         }
+        facts.load_deposits(&node, intents, confirmed).await?;
         Ok(facts)
+    }
+
+    /// Every confirmed transfer of the two tokens into or out of a deposit address, and what
+    /// each address holds now.
+    async fn load_deposits(
+        &mut self,
+        node: &impl alloy::providers::Provider,
+        intents: &HashMap<(String, String), IntentRow>,
+        confirmed: u64,
+    ) -> anyhow::Result<()> {
+        use alloy::{primitives::Address, rpc::types::Filter, sol_types::SolEvent};
+        use payments_api::chain::token::{DevnetUSD, Eip3009};
+        let by_address: HashMap<&str, &IntentRow> = intents
+            .values()
+            .filter_map(|i| Some((i.deposit_address.as_deref()?, i)))
+            .collect();
+        if by_address.is_empty() {
+            return Ok(());
+        }
+        let tokens = [
+            "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+            "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba",
+        ];
+        for token in tokens {
+            let logs = node
+                .get_logs(
+                    &Filter::new()
+                        .address(token.parse::<Address>()?)
+                        .from_block(0)
+                        .to_block(confirmed)
+                        .event_signature(Eip3009::Transfer::SIGNATURE_HASH),
+                )
+                .await?;
+            for log in logs {
+                let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                    continue;
+                };
+                let Ok(t) = Eip3009::Transfer::decode_log_data(log.data()) else {
+                    continue;
+                };
+                let (from, to) = (t.from.to_checksum(None), t.to.to_checksum(None));
+                let (into, address, counterparty) =
+                    match (by_address.get(to.as_str()), by_address.get(from.as_str())) {
+                        (Some(_), _) => (true, to.clone(), from),
+                        (None, Some(_)) => (false, from.clone(), to),
+                        (None, None) => continue,
+                    };
+                let intent = by_address[address.as_str()];
+                self.deposit_transfers.push(DepositTransfer {
+                    transaction: tx.to_string(),
+                    log_index: index as i32,
+                    merchant: intent.merchant_id.clone(),
+                    intent: intent.id.clone(),
+                    address,
+                    token: token.to_owned(),
+                    counterparty,
+                    value: t.value.to_string(),
+                    into,
+                });
+            }
+        }
+        for address in by_address.keys() {
+            for token in tokens {
+                let held = DevnetUSD::new(token.parse()?, node)
+                    .balanceOf(address.parse()?)
+                    .call()
+                    .await?;
+                self.deposit_balances
+                    .insert((address.to_string(), token.to_owned()), held.to_string());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -914,7 +1027,7 @@ fn paid_only_by_a_confirmed_exact_transfer(stored: &Stored, _: &Inputs) -> Row {
     let paid: Vec<&IntentRow> = stored
         .intents
         .values()
-        .filter(|i| i.settled_by.is_some())
+        .filter(|i| i.settled_by.is_some() && i.by_authorization())
         .collect();
     let unfounded = paid
         .iter()
@@ -1220,5 +1333,160 @@ fn x402_one_success_per_payment(stored: &Stored, inputs: &Inputs) -> Row {
         "no x402 payment answered success twice without its key, each one paid",
         successes.len(),
         broken,
+    )
+}
+
+/// Every confirmed transfer to a deposit address is in exactly one applied observation and one
+/// ledger entry (payer to deposit address, its amount), and every deposit entry is such a transfer.
+fn every_confirmed_deposit_booked_once(stored: &Stored, _: &Inputs) -> Row {
+    let deposits: Vec<&DepositTransfer> = stored
+        .chain
+        .deposit_transfers
+        .iter()
+        .filter(|t| t.into)
+        .collect();
+    let wrong = deposits
+        .iter()
+        .filter(|t| {
+            let key = (t.transaction.clone(), t.log_index);
+            let observed = stored.deposit_observations.get(&key).map(String::as_str)
+                == Some("deposit_received");
+            let booked =
+                stored
+                    .deposit_ledger
+                    .get(&key)
+                    .is_some_and(|(kind, intent, amount, other)| {
+                        kind == "deposit"
+                            && *intent == t.intent
+                            && *amount == t.value
+                            && *other == format!("payer:{}", t.counterparty)
+                    });
+            if !(observed && booked) {
+                eprintln!(
+                    "checker: deposit {}#{} of {} to {}/{}: observed {observed}, booked {booked}",
+                    t.transaction, t.log_index, t.value, t.merchant, t.intent
+                );
+            }
+            !(observed && booked)
+        })
+        .count();
+    let entries = stored
+        .deposit_ledger
+        .values()
+        .filter(|(kind, ..)| kind == "deposit")
+        .count();
+    row(
+        "each confirmed deposit observed and booked once",
+        deposits.len(),
+        wrong + entries.abs_diff(deposits.len()),
+    )
+}
+
+/// A deposit intent's `amount_received` is what confirmed transfers of its token brought; it
+/// succeeded only once that reached its amount, with the rest as `amount_overpaid`, and an open
+/// one has received less than its amount.
+fn deposit_intents_paid_by_what_arrived(stored: &Stored, _: &Inputs) -> Row {
+    use alloy::primitives::U256;
+    let deposit_intents: Vec<&IntentRow> = stored
+        .intents
+        .values()
+        .filter(|i| !i.by_authorization())
+        .collect();
+    let number = |raw: &str| raw.parse::<U256>().unwrap_or(U256::MAX);
+    let wrong = deposit_intents
+        .iter()
+        .filter(|intent| {
+            let arrived = stored
+                .chain
+                .deposit_transfers
+                .iter()
+                .filter(|t| t.into && t.intent == intent.id && t.token == intent.token)
+                .fold(U256::ZERO, |sum, t| sum + number(&t.value));
+            let (amount, received) = (number(&intent.amount), number(&intent.amount_received));
+            let consistent = received == arrived
+                && match intent.state.as_str() {
+                    "succeeded" => {
+                        received >= amount && number(&intent.amount_overpaid) == received - amount
+                    }
+                    "created" => received < amount,
+                    "canceled" => number(&intent.amount_overpaid).is_zero(),
+                    _ => false,
+                };
+            if !consistent {
+                eprintln!(
+                    "checker: deposit intent {}/{} {}: amount {}, received {} (arrived {arrived}), overpaid {}",
+                    intent.merchant_id, intent.id, intent.state, intent.amount, intent.amount_received, intent.amount_overpaid
+                );
+            }
+            !consistent
+        })
+        .count();
+    row(
+        "deposit intents paid by what arrived, the excess recorded",
+        deposit_intents.len(),
+        wrong,
+    )
+}
+
+/// Every confirmed transfer out of a deposit address went to its intent's merchant address and is
+/// booked once as a sweep; at the end every deposit address holds nothing: all of it reached the
+/// merchant.
+fn every_deposit_swept_to_its_merchant(stored: &Stored, _: &Inputs) -> Row {
+    let payee = |intent: &str| {
+        stored
+            .intents
+            .values()
+            .find(|i| i.id == intent)
+            .map(|i| (i.payee.clone(), i.merchant_id.clone()))
+    };
+    let sweeps: Vec<&DepositTransfer> = stored
+        .chain
+        .deposit_transfers
+        .iter()
+        .filter(|t| !t.into)
+        .collect();
+    let wrong = sweeps
+        .iter()
+        .filter(|t| {
+            let key = (t.transaction.clone(), t.log_index);
+            let Some((payee, merchant)) = payee(&t.intent) else {
+                return true;
+            };
+            let booked = stored.deposit_ledger.get(&key).is_some_and(|(kind, intent, amount, other)| {
+                kind == "sweep"
+                    && *intent == t.intent
+                    && *amount == format!("-{}", t.value)
+                    && *other == format!("merchant:{merchant}")
+            });
+            let reached = t.counterparty == payee;
+            if !(booked && reached) {
+                eprintln!(
+                    "checker: sweep {}#{} of {} from {}: to {} (merchant's {payee}), booked {booked}",
+                    t.transaction, t.log_index, t.value, t.address, t.counterparty
+                );
+            }
+            !(booked && reached)
+        })
+        .count();
+    let left = stored
+        .chain
+        .deposit_balances
+        .iter()
+        .filter(|((address, token), held)| {
+            if *held != "0" {
+                eprintln!("checker: deposit address {address} still holds {held} of {token}");
+            }
+            *held != "0"
+        })
+        .count();
+    let entries = stored
+        .deposit_ledger
+        .values()
+        .filter(|(kind, ..)| kind == "sweep")
+        .count();
+    row(
+        "each deposit swept to its merchant, booked once, none left",
+        sweeps.len() + stored.chain.deposit_balances.len(),
+        wrong + left + entries.abs_diff(sweeps.len()),
     )
 }

@@ -7,6 +7,7 @@
 mod checker;
 mod client;
 mod cluster;
+mod depositor;
 mod faults;
 mod patroni;
 mod payer;
@@ -133,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
     let mut chain = Chain::new(args.port + 10, &args.out);
     chain.start().await?;
     payments_api::chain::devnet::set_up(&chain.url().parse()?).await?;
+    depositor::fund(&chain.url()).await?;
     let chain_url = chain.url();
     let chain = Arc::new(Mutex::new(chain));
 
@@ -166,6 +168,13 @@ async fn main() -> anyhow::Result<()> {
         ("CHAINS".to_owned(), format!("evm:31337={chain_url}")),
         ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
         ("CHAIN_POLL_INTERVAL_MS".to_owned(), "200".to_owned()),
+        (
+            "DEPOSIT_FACTORIES".to_owned(),
+            format!(
+                "evm:31337={}",
+                payments_api::chain::deposit::devnet_factory()
+            ),
+        ),
         (
             "RELAYER_PRIVATE_KEY".to_owned(),
             payments_api::chain::devnet::ANVIL_KEYS[3].to_owned(),
@@ -227,6 +236,11 @@ async fn main() -> anyhow::Result<()> {
         database_url.clone(),
     ));
     let x402_payer = tokio::spawn(x402::run(shared.clone()));
+    let depositor = tokio::spawn(depositor::run(
+        shared.clone(),
+        chain_url.clone(),
+        database_url.clone(),
+    ));
     let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
     let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
 
@@ -243,6 +257,7 @@ async fn main() -> anyhow::Result<()> {
     let aged = ager.await?;
     let paid = payer.await?;
     let x402_settled = x402_payer.await?;
+    let deposited = depositor.await?;
     let readiness = readiness.await?;
     for replica in replicas.lock().await.iter_mut() {
         replica.signal("CONT");
@@ -285,6 +300,16 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "x402: {} payments settled, {} answered success to their key",
         x402_settled.payments, x402_settled.successes
+    );
+    println!(
+        "depositor: {} deposit intents; paid in two parts {}, exactly {}, beyond the amount {}, in the other token {}, after a cancel {}, after expiry {}",
+        deposited.intents,
+        deposited.in_two_parts,
+        deposited.exact,
+        deposited.overpaid,
+        deposited.wrong_token,
+        deposited.after_cancel,
+        deposited.late
     );
     let x402_answers = shared.x402_answers.lock().unwrap().clone();
     let verdict = checker::check(
@@ -332,10 +357,13 @@ async fn settle_chain(pool: &sqlx::PgPool, chain_url: &str) -> anyhow::Result<()
     let started = std::time::Instant::now();
     loop {
         let head = node.get_block_number().await? as i64;
+        // A sweep still to send or to confirm counts as processing: its money is on its way.
         let (behind, unconfirmed, processing, halted): (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM chain_cursors WHERE block_number < $1 - 1), \
-                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND block_number <= $1 - $2), \
-                    (SELECT count(*) FROM payment_intents WHERE state = 'processing'), \
+                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND block_number <= $1 - $2) \
+                    + (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND kind = 'deposit_swept'), \
+                    (SELECT count(*) FROM payment_intents WHERE state = 'processing') \
+                    + (SELECT count(*) FROM chain_submissions WHERE kind = 'deposit_sweep' AND state <> 'done'), \
                     (SELECT count(*) FROM chain_cursors WHERE halted IS NOT NULL)",
         )
         .bind(head)

@@ -121,7 +121,7 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
 
 /// POSTs `body` to `path` on random replicas under `key`, like every client here retried with
 /// the same key until it has a final answer (or a hundred tries passed): its status and body.
-async fn post_until_final(
+pub async fn post_until_final(
     shared: &Shared,
     http: &reqwest::Client,
     token: &str,

@@ -587,3 +587,45 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
         .await;
     assert_eq!(refused.status, 400, "{}", refused.body);
 }
+
+#[tokio::test]
+async fn an_underpayment_within_the_tolerance_pays_and_one_beyond_it_does_not() {
+    let anvil = Anvil::start().await;
+    let settlement = anvil.settlement(1);
+    let app = TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        s.settlement.underpayment_tolerance_bps = 100;
+    })
+    .await;
+    let within = create_deposit_intent(&app, TOKEN, "100000", 900).await;
+    let beyond = create_deposit_intent(&app, TOKEN, "100000", 900).await;
+    pay(
+        &anvil,
+        TOKEN,
+        within["deposit_address"].as_str().unwrap(),
+        "99000",
+    );
+    pay(
+        &anvil,
+        TOKEN,
+        beyond["deposit_address"].as_str().unwrap(),
+        "98999",
+    );
+    anvil.mine(1).await;
+    let (within, beyond) = (
+        within["id"].as_str().unwrap(),
+        beyond["id"].as_str().unwrap(),
+    );
+    app.wait_for_state(within, "succeeded").await;
+    app.wait_until(
+        "the short one is counted",
+        &format!("(SELECT amount_received FROM payment_intents WHERE id = '{beyond}') = 98999"),
+    )
+    .await;
+    assert_eq!(app.state_of(beyond).await, "created");
+    let paid = app.get_intent(DEMO_TOKEN, within).await.json();
+    assert_eq!(
+        (&paid["amount_received"], &paid["amount_overpaid"]),
+        (&json!("99000"), &json!("0"))
+    );
+}
