@@ -174,7 +174,11 @@ async fn expire_now(database_url: &str, id: &str) -> bool {
 /// A new deposit intent of merchant `n % 2` in one of the two tokens; `None` if no replica made it.
 async fn make(shared: &Shared, http: &reqwest::Client, n: u64) -> Option<Made> {
     let (key, _) = TOKENS[(n % 2) as usize];
-    let token = if n % 3 == 0 { USDC } else { DEVNET_TOKEN };
+    let token = if n.is_multiple_of(3) {
+        USDC
+    } else {
+        DEVNET_TOKEN
+    };
     let amount = rand::rng().random_range(1_000..100_000u64);
     let body = serde_json::json!({
         "chain": "evm:31337", "token": token, "merchant": MERCHANT, "amount": amount.to_string(),
