@@ -262,6 +262,19 @@ impl TestApp {
     /// Polls the database until `condition` (a boolean SQL expression) holds: awaiting a state,
     /// not sleeping for a guessed time. Panics after 30 s.
     pub async fn wait_until(&self, what: &str, condition_sql: &str) {
+        self.wait_doing(what, condition_sql, || {
+            tokio::time::sleep(Duration::from_millis(20))
+        })
+        .await
+    }
+
+    /// [`TestApp::wait_until`], doing `between` between two looks (mining a block, say).
+    pub async fn wait_doing<F: std::future::Future<Output = ()>>(
+        &self,
+        what: &str,
+        condition_sql: &str,
+        mut between: impl FnMut() -> F,
+    ) {
         let query = format!("SELECT ({condition_sql}) IS TRUE");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -276,7 +289,7 @@ impl TestApp {
                 tokio::time::Instant::now() < deadline,
                 "timed out waiting until {what}"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            between().await;
         }
     }
 }

@@ -432,23 +432,11 @@ impl super::TestApp {
     /// Mines a block at a time until `condition_sql` holds: for work the app sends to the chain
     /// itself (a sweep), whose confirmation needs blocks after it. Panics after 30 s.
     pub async fn mine_until(&self, anvil: &Anvil, what: &str, condition_sql: &str) {
-        let query = format!("SELECT ({condition_sql}) IS TRUE");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let holds: bool = sqlx::query_scalar(&query)
-                .fetch_one(&self.db)
-                .await
-                .unwrap();
-            if holds {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting until {what}"
-            );
+        self.wait_doing(what, condition_sql, || async {
             anvil.mine(1).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     pub async fn wait_for_state(&self, id: &str, state: &str) {
