@@ -185,10 +185,20 @@ async fn a_deposit_address_is_the_factorys_and_what_reaches_it_goes_only_to_its_
 }
 
 async fn app_on(anvil: &Anvil, confirmations: u64) -> TestApp {
+    app_with(anvil, confirmations, |_| {}).await
+}
+
+/// The app settling on `anvil` with the relayer key, then `configure`d.
+async fn app_with(
+    anvil: &Anvil,
+    confirmations: u64,
+    configure: impl FnOnce(&mut payments_api::config::SettlementSettings) + Send + 'static,
+) -> TestApp {
     let settlement = anvil.settlement(confirmations);
     TestApp::spawn_with(move |s| {
         s.settlement = settlement;
         s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+        configure(&mut s.settlement);
     })
     .await
 }
@@ -572,12 +582,7 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
     assert_eq!(refund.status, 400, "{}", refund.body);
 
     // A chain without a factory offers no deposit addresses.
-    let plain = TestApp::spawn_with({
-        let mut settlement = anvil.settlement(1);
-        settlement.chains[0].deposit_factory = None;
-        move |s| s.settlement = settlement
-    })
-    .await;
+    let plain = app_with(&anvil, 1, |s| s.chains[0].deposit_factory = None).await;
     let body = json!({
         "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
         "payment_method": "deposit_address",
@@ -591,12 +596,7 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
 #[tokio::test]
 async fn an_underpayment_within_the_tolerance_pays_and_one_beyond_it_does_not() {
     let anvil = Anvil::start().await;
-    let settlement = anvil.settlement(1);
-    let app = TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        s.settlement.underpayment_tolerance_bps = 100;
-    })
-    .await;
+    let app = app_with(&anvil, 1, |s| s.underpayment_tolerance_bps = 100).await;
     let within = create_deposit_intent(&app, TOKEN, "100000", 900).await;
     let beyond = create_deposit_intent(&app, TOKEN, "100000", 900).await;
     pay(
