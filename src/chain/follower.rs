@@ -39,8 +39,10 @@ const KEPT_BELOW_CONFIRMED: i64 = 64;
 const START_BELOW_HEAD: u64 = 256;
 /// Confirmed observations applied per transaction.
 const APPLY_BATCH: i64 = 100;
-/// Transactions applying confirmed observations at once, when more than a batch waits.
+/// The shares confirmed observations are applied in, at once when more than a batch waits.
 const APPLIERS: i32 = 4;
+/// The advisory-lock class of the appliers' shares (with the chain id mixed in).
+const APPLY_LOCK_CLASS: i32 = 0x0b5e_7000;
 
 /// The logs a watch wants now: emitted by one of `addresses`, with one of `events` as topic 0.
 #[derive(Debug, Clone, Default)]
@@ -641,10 +643,12 @@ impl<W: Watch> Follower<W> {
 
     /// Hands every observation whose block is now confirmed to the watch, up to [`APPLY_BATCH`]
     /// in a transaction with the mark that they were applied (a block of a thousand deposits is
-    /// ten commits, not a thousand); `SKIP LOCKED` lets replicas share. More than a batch is
-    /// applied by [`APPLIERS`] at once, each on its own connection and its own share of the
-    /// subjects: a subject's observations stay in one applier, oldest first, as their order
-    /// matters (a deposit before expiry, then one after).
+    /// ten commits, not a thousand). The observations are split in [`APPLIERS`] shares by the
+    /// intent they concern, and each share is applied by one applier at a time across replicas
+    /// (an advisory lock), oldest first: an intent's observations keep their chain order (a
+    /// deposit before its expiry, then one after), and two appliers never wait on one intent.
+    /// More than a batch waiting is applied by the shares at once, on connections of their own
+    /// when the pool has them free.
     async fn apply_confirmed(
         &self,
         conn: &mut PgConnection,
@@ -658,44 +662,75 @@ impl<W: Watch> Follower<W> {
         )
         .fetch_one(&mut *conn)
         .await?;
-        if pending <= APPLY_BATCH {
-            return self.apply_share(conn, confirmed, (0, 1)).await;
+        if pending == 0 {
+            return Ok(());
         }
-        let others = (1..APPLIERS).map(|share| async move {
-            let mut conn = self.pool.acquire().await?;
-            self.apply_share(&mut conn, confirmed, (share, APPLIERS))
-                .await
-        });
-        let (first, rest) = tokio::join!(
-            self.apply_share(conn, confirmed, (0, APPLIERS)),
-            futures::future::try_join_all(others)
-        );
+        let mut own = Vec::new();
+        if pending > APPLY_BATCH {
+            for _ in 1..APPLIERS {
+                match self.pool.acquire_if_free().await {
+                    Some(connection) => own.push(connection),
+                    None => break,
+                }
+            }
+        }
+        // Share i goes to connection i modulo the connections there are, in order.
+        let lanes = own.len() + 1;
+        let lane =
+            |index: usize| (0..APPLIERS).filter(move |share| *share as usize % lanes == index);
+        let others = own
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut connection)| async move {
+                for share in lane(i + 1) {
+                    self.apply_share(&mut connection, confirmed, share).await?;
+                }
+                Ok::<_, FollowError>(())
+            });
+        let first = async {
+            for share in lane(0) {
+                self.apply_share(conn, confirmed, share).await?;
+            }
+            Ok::<_, FollowError>(())
+        };
+        let (first, rest) = tokio::join!(first, futures::future::try_join_all(others));
         first.and(rest.map(drop))
     }
 
-    /// [`Follower::apply_confirmed`] for the subjects whose hash is `share.0` modulo `share.1`.
+    /// [`Follower::apply_confirmed`] for the intents whose hash is `share` modulo [`APPLIERS`];
+    /// nothing if another applier holds the share.
     async fn apply_share(
         &self,
         conn: &mut PgConnection,
         confirmed: i64,
-        share: (i32, i32),
+        share: i32,
     ) -> Result<(), FollowError> {
         loop {
             let mut tx = conn.begin().await?;
+            let held = sqlx::query_scalar!(
+                r#"SELECT pg_try_advisory_xact_lock($1, $2) AS "held!""#,
+                APPLY_LOCK_CLASS ^ self.chain.id as i32,
+                share,
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if !held {
+                return Ok(());
+            }
             let batch = sqlx::query!(
                 r#"SELECT transaction_hash, log_index, block_number, block_timestamp, kind, subject,
                           payload AS "payload: Json<Value>"
                      FROM chain_observations
                     WHERE chain_id = $1 AND applied_at IS NULL AND block_number <= $2
-                      AND (hashtext(subject) & 2147483647) % $5 = $4
+                      AND (hashtext(COALESCE(payload->>'intent_id', subject)) & 2147483647) % $5 = $4
                     ORDER BY block_number, log_index
                     LIMIT $3
                       FOR UPDATE SKIP LOCKED"#,
                 self.chain.id as i64,
                 confirmed,
                 APPLY_BATCH,
-                share.0,
-                share.1,
+                share,
+                APPLIERS,
             )
             .fetch_all(&mut *tx)
             .await?;

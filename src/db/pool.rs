@@ -110,6 +110,17 @@ impl Pool {
         })
     }
 
+    /// A connection if one is free now (idle, or room to open one), without waiting behind
+    /// others: for work that can go on with fewer connections when the pool is busy.
+    pub async fn acquire_if_free(&self) -> Option<PooledConnection> {
+        let now = Timeouts {
+            wait: Some(Duration::ZERO),
+            create: Some(ACQUIRE_TIMEOUT),
+            recycle: Some(ACQUIRE_TIMEOUT),
+        };
+        self.inner.timeout_get(&now).await.ok()
+    }
+
     /// `requests` or `background`.
     pub fn name(&self) -> &'static str {
         self.name

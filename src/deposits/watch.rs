@@ -265,6 +265,9 @@ impl DepositWatch {
     ) -> Result<&'static str, sqlx::Error> {
         let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
             .map_err(|e| sqlx::Error::Decode(e.into()))?;
+        // Its time ran out by the deposit's block as by any confirmed block's (`repo::expire_due`):
+        // once the block's second reaches its expiry's whole second.
+        let expired_before = block_time + time::Duration::seconds(1);
         // The rule of paying, in one statement: what it received now pays it if it reaches the
         // amount within the tolerance, and only while it is open and its time has not run out by
         // the deposit's block; once paid, what it received beyond the amount is overpaid.
@@ -287,7 +290,7 @@ impl DepositWatch {
             transfer.merchant_id,
             transfer.intent_id,
             transfer.value,
-            block_time,
+            expired_before,
             i32::try_from(self.underpayment_tolerance_bps).unwrap_or(0),
         )
         .fetch_one(&mut *tx)

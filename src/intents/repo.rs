@@ -426,10 +426,15 @@ pub async fn expire_due(
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
                    AND ($8::text IS NULL OR chain = $8)
                    AND chain <> ALL($9::text[])
-                   -- A nonce use seen on chain (settlement::watch) is the chain's to settle.
+                   -- A nonce use seen on chain (settlement::watch) is the chain's to settle,
+                   -- and so is a deposit seen and not yet applied (deposits::watch), which
+                   -- judges by its own block whether it came in time.
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
                                     WHERE o.kind IN ('authorization_used', 'authorization_canceled')
                                       AND o.subject = p.id)
+                   AND NOT EXISTS (SELECT 1 FROM chain_observations o
+                                    WHERE o.kind = 'deposit_received' AND o.subject = p.id
+                                      AND o.applied_at IS NULL)
                  ORDER BY expires_at
                  LIMIT $2
                    FOR UPDATE SKIP LOCKED
