@@ -186,6 +186,12 @@ struct DepositTransfer {
 
 impl Stored {
     async fn load(pool: &PgPool, inputs: &Inputs<'_>) -> anyhow::Result<Self> {
+        // One snapshot for every table: a block confirmed while the checker reads must not part
+        // an intent from its events or its ledger entries.
+        let mut tx = pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
         let intents: HashMap<(String, String), IntentRow> = sqlx::query_as::<_, IntentRow>(
             "SELECT p.merchant_id, p.id, p.state, p.version, p.cancellation_reason, p.failure_reason, \
                     (SELECT count(*) FROM payment_intent_transitions t WHERE t.merchant_id = p.merchant_id AND t.intent_id = p.id) AS transitions, \
@@ -194,7 +200,7 @@ impl Stored {
                     p.deposit_address, p.amount_received::text AS amount_received, p.amount_overpaid::text AS amount_overpaid \
                FROM payment_intents p",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|row| ((row.merchant_id.clone(), row.id.clone()), row))
@@ -202,7 +208,7 @@ impl Stored {
         let records = sqlx::query_as::<_, (String, String, String, Option<i16>, Option<Vec<u8>>)>(
             "SELECT scope, key, state, response_status, response_body FROM idempotency_keys",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|(scope, key, state, status, body)| {
@@ -217,7 +223,7 @@ impl Stored {
         let events = sqlx::query_as::<_, (String, String, String, i32, String)>(
             "SELECT merchant_id, id, subject_id, subject_version, type FROM events",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?;
         type RawEntry = (
             String,
@@ -236,7 +242,7 @@ impl Stored {
                FROM ledger_entries e LEFT JOIN ledger_postings p ON p.entry_id = e.id \
               GROUP BY e.id",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(
@@ -252,12 +258,12 @@ impl Stored {
             "SELECT merchant_id, id, intent_id, state, version, amount::text AS amount, token, payee, payer, \
                     settlement->>'transaction_hash' AS settled_by FROM refunds",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?;
         let amounts_refunded = sqlx::query_as::<_, (String, String, String)>(
             "SELECT merchant_id, id, amount_refunded::text FROM payment_intents",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|(merchant, id, amount)| ((merchant, id), amount))
@@ -267,7 +273,7 @@ impl Stored {
         let x402 = sqlx::query_as::<_, (Vec<u8>, String, String)>(
             "SELECT nonce, merchant_id, intent_id FROM x402_payments",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|(nonce, merchant, intent)| (format!("0x{}", hex::encode(nonce)), (merchant, intent)))
@@ -279,7 +285,7 @@ impl Stored {
                JOIN ledger_postings o ON o.entry_id = e.id AND o.account NOT LIKE 'deposit:%' \
               WHERE e.kind IN ('deposit', 'sweep')",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|(tx, log, kind, intent, amount, other)| ((tx, log), (kind, intent, amount, other)))
@@ -288,11 +294,12 @@ impl Stored {
             "SELECT transaction_hash, log_index, kind FROM chain_observations \
               WHERE kind IN ('deposit_received', 'deposit_swept') AND applied_at IS NOT NULL",
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|(tx, log, kind)| ((tx, log), kind))
         .collect();
+        tx.commit().await?;
         Ok(Self {
             deposit_ledger,
             deposit_observations,

@@ -349,32 +349,36 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Waits until the listeners caught up with the chain and confirmed what they observed, and no
-/// intent is still on its way (`processing`), or a minute and a half passed.
+/// Waits until the listeners caught up with the chain, the load's last block is confirmed, every
+/// observation is applied and no intent is still on its way (`processing`), or a minute and a
+/// half passed.
 async fn settle_chain(pool: &sqlx::PgPool, chain_url: &str) -> anyhow::Result<()> {
     use alloy::providers::{Provider, ProviderBuilder};
     let node = ProviderBuilder::new().connect_http(chain_url.parse()?);
     let started = std::time::Instant::now();
+    // Every transfer the load made is in a block up to this one: settled once it is confirmed,
+    // observed, and nothing observed is left to apply (an observation a reorg dropped is deleted).
+    let load_ended_at = node.get_block_number().await? as i64;
     loop {
         let head = node.get_block_number().await? as i64;
         // A sweep still to send or to confirm counts as processing: its money is on its way.
         let (behind, unconfirmed, processing, halted): (i64, i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM chain_cursors WHERE block_number < $1 - 1), \
-                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND block_number <= $1 - $2) \
-                    + (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL AND kind = 'deposit_swept'), \
+            "SELECT (SELECT count(*) FROM chain_cursors WHERE block_number < greatest($1 - 1, $2)), \
+                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL), \
                     (SELECT count(*) FROM payment_intents WHERE state = 'processing') \
                     + (SELECT count(*) FROM chain_submissions WHERE kind = 'deposit_sweep' AND state <> 'done'), \
                     (SELECT count(*) FROM chain_cursors WHERE halted IS NOT NULL)",
         )
         .bind(head)
-        .bind(CONFIRMATIONS as i64)
+        .bind(load_ended_at)
         .fetch_one(pool)
         .await?;
         if halted > 0 {
             println!("\nsettlement: the listener halted (see the replica logs)");
             return Ok(());
         }
-        if behind == 0 && unconfirmed == 0 && processing == 0 {
+        let load_confirmed = head + 1 - CONFIRMATIONS as i64 >= load_ended_at;
+        if load_confirmed && behind == 0 && unconfirmed == 0 && processing == 0 {
             println!(
                 "\nsettlement: listeners caught up with block {head}, nothing processing, {:.1} s after the load",
                 started.elapsed().as_secs_f64()
@@ -383,7 +387,7 @@ async fn settle_chain(pool: &sqlx::PgPool, chain_url: &str) -> anyhow::Result<()
         }
         if started.elapsed() > Duration::from_secs(90) {
             println!(
-                "\nsettlement: after 90 s, {behind} cursor(s) behind, {unconfirmed} confirmed observation(s) unapplied, {processing} intent(s) processing"
+                "\nsettlement: after 90 s, {behind} cursor(s) behind, {unconfirmed} observation(s) unapplied, {processing} intent(s) processing"
             );
             return Ok(());
         }

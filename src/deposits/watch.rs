@@ -382,4 +382,3 @@ impl DepositWatch {
         }
     }
 }
-// x
