@@ -155,6 +155,48 @@ fn in_json_words(message: &str) -> String {
     words
 }
 
+/// Reads the whole body (the idempotency fingerprint hashes its raw bytes; a merchant's turn at
+/// the database starts only once it has arrived), refusing more than `limit` before reading it
+/// when Content-Length already says so, and a body still trickling in at `deadline`.
+pub async fn whole_body(
+    request: Request,
+    limit: usize,
+    deadline: tokio::time::Instant,
+    request_timeout: std::time::Duration,
+) -> Result<(Request, Bytes), ApiError> {
+    tokio::time::timeout_at(deadline, buffer_body(request, limit))
+        .await
+        .map_err(|_| ApiError::BodyTimeout {
+            seconds: request_timeout.as_secs(),
+        })?
+}
+
+async fn buffer_body(request: Request, limit: usize) -> Result<(Request, Bytes), ApiError> {
+    let too_large = ApiError::PayloadTooLarge { limit };
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(too_large);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let is_limit = std::error::Error::source(&e)
+            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+        if is_limit {
+            too_large
+        } else {
+            ApiError::InvalidRequest(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    Ok((
+        Request::from_parts(parts, axum::body::Body::from(bytes.clone())),
+        bytes,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

@@ -62,8 +62,8 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         request_timeout: settings.request_timeout,
     };
     // route_layer: later layers wrap earlier ones, so the deadline covers everything,
-    // authentication runs first, then the merchant's limits, before the idempotency layer ever
-    // reads a key (a refused request leaves no record).
+    // authentication runs first, then the merchant's limits and its turn at the database, before
+    // the idempotency layer ever reads a key (a refused request leaves no record).
     let checkout = checkout::router(
         chains.clone(),
         changes,
@@ -72,6 +72,14 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings.request_timeout,
     );
     let authenticator = auth::Authenticator::new(pool.clone());
+    // As many `/v1` requests at once as the request pool has connections; x402's settle waits
+    // for its block without a connection, so it takes no turn (`docs/design.md`).
+    let turns = tenants::TurnGate {
+        turns: tenants::Turns::new(settings.db_max_connections as usize),
+        wait: settings.db_wait_timeout,
+        max_body_bytes: settings.max_body_bytes,
+        request_timeout: settings.request_timeout,
+    };
     let api = intents::router(
         settings.settlement.chains.clone(),
         &settings.public_base_url,
@@ -84,6 +92,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     .merge(events::router())
     .merge(webhooks::router(pool.clone(), settings.webhooks))
     .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
+    .route_layer(from_fn_with_state(turns, tenants::take_turn))
     .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
     .route_layer(from_fn_with_state(
         authenticator.clone(),

@@ -4,9 +4,8 @@
 use std::{sync::Arc, time::Duration};
 
 use axum::{
-    body::{Body, Bytes, to_bytes},
     extract::{OriginalUri, Request, State},
-    http::{HeaderMap, HeaderName, HeaderValue, Method, header},
+    http::{HeaderMap, HeaderName, HeaderValue, Method},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -27,6 +26,7 @@ use crate::{
     },
     deadline::Deadline,
     error::ApiError,
+    extract::whole_body,
 };
 
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -271,13 +271,13 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
         .extensions()
         .get::<Deadline>()
         .map_or_else(|| Instant::now() + state.request_timeout, |d| d.0);
-    // A client that trickles its body must not hold the request open past its deadline.
-    let (request, body) =
-        tokio::time::timeout_at(deadline, buffer_body(request, state.max_body_bytes))
-            .await
-            .map_err(|_| ApiError::BodyTimeout {
-                seconds: state.request_timeout.as_secs(),
-            })??;
+    let (request, body) = whole_body(
+        request,
+        state.max_body_bytes,
+        deadline,
+        state.request_timeout,
+    )
+    .await?;
     let keyed = key.map(|key| (key, fingerprint(&request, &body)));
     Ok(Admitted {
         request,
@@ -551,29 +551,4 @@ fn parse_key_header(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiEr
     IdempotencyKey::parse(value)
         .map(Some)
         .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))
-}
-
-/// Reads the whole body (the fingerprint hashes its raw bytes), refusing more than the limit
-/// before reading it when Content-Length already says so.
-async fn buffer_body(request: Request, limit: usize) -> Result<(Request, Bytes), ApiError> {
-    let too_large = ApiError::PayloadTooLarge { limit };
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large);
-    }
-    let (parts, body) = request.into_parts();
-    let bytes = to_bytes(body, limit).await.map_err(|e| {
-        let is_limit = std::error::Error::source(&e)
-            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-        if is_limit {
-            too_large
-        } else {
-            ApiError::InvalidRequest(format!("cannot read the request body: {e}"))
-        }
-    })?;
-    Ok((Request::from_parts(parts, Body::from(bytes.clone())), bytes))
 }

@@ -5,16 +5,20 @@
 //!
 //! - `policy`: what a merchant may do: the defaults, its own limits, split between the replicas
 //! - `limiter`: this replica's buckets and in-flight counts, and the layer that applies them
+//! - `turns`: the merchants' turns at the database when more requests want it than the pool has
+//!   connections
 //! - `registry`: the worker that counts the live replicas and reads the merchants' own limits,
 //!   and the commands that set them
 
 pub mod limiter;
 pub mod policy;
 pub mod registry;
+pub mod turns;
 
 pub use limiter::{Limiter, RefusedByLimits, limit};
 pub use policy::{Allowance, OwnLimits, Policy};
 pub use registry::RegistryWorker;
+pub use turns::{TurnGate, Turns, take_turn};
 
 /// `rate_limited_requests_total{merchant,reason}`: requests refused with 429, `reason` being
 /// `rate` or `concurrency`.

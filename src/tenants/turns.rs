@@ -1,0 +1,207 @@
+//! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most as
+//! many requests work at once as the request pool has connections, and when more want to, each
+//! merchant with a request waiting is served in turn. A merchant's queue of fifty stands behind
+//! its own requests, never in front of another merchant's one.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    extract::{Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use tokio::{sync::oneshot, time::Instant};
+
+use crate::{auth::MerchantId, deadline::Deadline, error::ApiError, extract::whole_body};
+
+/// The turns of one replica's requests.
+#[derive(Clone)]
+pub struct Turns {
+    inner: Arc<Mutex<Queue>>,
+}
+
+struct Queue {
+    /// Turns no request holds.
+    free: usize,
+    /// Each merchant's waiting requests, first come first served within the merchant.
+    waiting: HashMap<String, VecDeque<oneshot::Sender<Turn>>>,
+    /// The merchants with a request waiting, in the order they are served.
+    order: VecDeque<String>,
+}
+
+/// A request's turn: given to the next one when dropped.
+pub struct Turn {
+    turns: Option<Arc<Mutex<Queue>>>,
+}
+
+impl Turns {
+    /// `at_once` turns (at least one): the request pool's size.
+    pub fn new(at_once: usize) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Queue {
+                free: at_once.max(1),
+                waiting: HashMap::new(),
+                order: VecDeque::new(),
+            })),
+        }
+    }
+
+    /// A turn for `merchant`'s request, at once if one is free, else when its merchant's turn
+    /// comes; `None` if that takes longer than `wait` (the request is shed, not queued).
+    pub async fn take(&self, merchant: &str, wait: Duration) -> Option<Turn> {
+        let receiver = {
+            let mut queue = lock(&self.inner);
+            if queue.free > 0 {
+                queue.free -= 1;
+                return Some(self.turn());
+            }
+            let (sender, receiver) = oneshot::channel();
+            match queue.waiting.get_mut(merchant) {
+                Some(mine) => mine.push_back(sender),
+                None => {
+                    queue
+                        .waiting
+                        .insert(merchant.to_owned(), VecDeque::from([sender]));
+                    queue.order.push_back(merchant.to_owned());
+                }
+            }
+            receiver
+        };
+        // A turn handed over after the wait ran out is dropped with the channel: given on again.
+        tokio::time::timeout(wait, receiver).await.ok()?.ok()
+    }
+
+    fn turn(&self) -> Turn {
+        Turn {
+            turns: Some(self.inner.clone()),
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let Some(inner) = self.turns.take() else {
+            return;
+        };
+        // The next merchant in order gets its oldest request served, and goes to the back of
+        // the line if it has more; a waiter that gave up meanwhile is passed over.
+        loop {
+            let next = {
+                let mut queue = lock(&inner);
+                let Some(merchant) = queue.order.pop_front() else {
+                    queue.free += 1;
+                    return;
+                };
+                let mine = queue
+                    .waiting
+                    .get_mut(&merchant)
+                    .expect("ordered merchants wait");
+                let sender = mine.pop_front().expect("a waiting merchant has a request");
+                if mine.is_empty() {
+                    queue.waiting.remove(&merchant);
+                } else {
+                    queue.order.push_back(merchant);
+                }
+                sender
+            };
+            let turn = Turn {
+                turns: Some(inner.clone()),
+            };
+            match next.send(turn) {
+                Ok(()) => return,
+                // Its request stopped waiting: this turn is not given back twice.
+                Err(mut unclaimed) => unclaimed.turns = None,
+            }
+        }
+    }
+}
+
+/// The turns of `/v1` requests, and how long a request may wait for one.
+#[derive(Clone)]
+pub struct TurnGate {
+    pub turns: Turns,
+    /// `DB_WAIT_TIMEOUT_MS`: past it the request is answered 503 with `Retry-After`.
+    pub wait: Duration,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+}
+
+/// Runs after the merchant's limits: a request admitted by them waits for its merchant's turn,
+/// once its whole body has arrived (a client that trickles its body holds no turn), and holds
+/// it until answered. Waiting longer than the bound is a 503, as waiting for the pool is.
+pub async fn take_turn(State(gate): State<TurnGate>, request: Request, next: Next) -> Response {
+    let Some(merchant) = request.extensions().get::<MerchantId>().cloned() else {
+        return next.run(request).await;
+    };
+    let deadline = request
+        .extensions()
+        .get::<Deadline>()
+        .map_or_else(|| Instant::now() + gate.request_timeout, |d| d.0);
+    let request =
+        match whole_body(request, gate.max_body_bytes, deadline, gate.request_timeout).await {
+            Ok((request, _)) => request,
+            Err(e) => return e.into_response(),
+        };
+    match gate.turns.take(merchant.as_str(), gate.wait).await {
+        Some(_turn) => next.run(request).await,
+        None => ApiError::Database(sqlx::Error::PoolTimedOut).into_response(),
+    }
+}
+
+fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    queue
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LONG: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_merchant_waiting_once_is_served_before_another_merchants_queue() {
+        let turns = Turns::new(1);
+        let held = turns.take("a", LONG).await.expect("one is free");
+        let mut a_queue = Vec::new();
+        for _ in 0..3 {
+            let turns = turns.clone();
+            a_queue.push(tokio::spawn(async move {
+                turns.take("a", LONG).await.map(drop)
+            }));
+            tokio::task::yield_now().await;
+        }
+        let b = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take("b", LONG).await })
+        };
+        while lock(&turns.inner).order.len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // a's first waiter was first in line, then b's; a's other two after b.
+        drop(held);
+        let b_turn = b.await.unwrap().expect("b is served second");
+        let a_served = a_queue.iter().filter(|t| t.is_finished()).count();
+        assert_eq!(a_served, 1, "only a's first waiter went before b");
+        drop(b_turn);
+        for waiter in a_queue {
+            assert!(waiter.await.unwrap().is_some());
+        }
+        assert_eq!(lock(&turns.inner).free, 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_that_waited_too_long_is_shed_and_its_turn_is_not_lost() {
+        let turns = Turns::new(1);
+        let held = turns.take("a", LONG).await.unwrap();
+        assert!(turns.take("b", Duration::from_millis(10)).await.is_none());
+        drop(held);
+        let queue = lock(&turns.inner);
+        assert_eq!((queue.free, queue.order.len()), (1, 0));
+    }
+}
