@@ -18,6 +18,17 @@ use crate::error::ApiError;
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline(pub Instant);
 
+impl Deadline {
+    /// The request's deadline; a request that came in without [`enforce`] (a test's router) gets
+    /// `timeout` from now.
+    pub fn of(request: &Request, timeout: Duration) -> Instant {
+        request
+            .extensions()
+            .get::<Deadline>()
+            .map_or_else(|| Instant::now() + timeout, |d| d.0)
+    }
+}
+
 /// How much later than the deadline the answer is forced, so that work which stops at the deadline
 /// itself gets to say how it ended (rolled back, unknown) before a generic timeout does.
 const ANSWER_MARGIN: Duration = Duration::from_millis(250);

@@ -267,10 +267,7 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
         .get::<Scope>()
         .cloned()
         .ok_or_else(|| ApiError::internal("idempotency layer mounted without authentication"))?;
-    let deadline = request
-        .extensions()
-        .get::<Deadline>()
-        .map_or_else(|| Instant::now() + state.request_timeout, |d| d.0);
+    let deadline = Deadline::of(&request, state.request_timeout);
     let (request, body) = whole_body(
         request,
         state.max_body_bytes,

@@ -14,7 +14,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use tokio::{sync::oneshot, time::Instant};
+use tokio::sync::oneshot;
 
 use crate::{auth::MerchantId, deadline::Deadline, error::ApiError, extract::whole_body};
 
@@ -137,10 +137,7 @@ pub async fn take_turn(State(gate): State<TurnGate>, request: Request, next: Nex
     let Some(merchant) = request.extensions().get::<MerchantId>().cloned() else {
         return next.run(request).await;
     };
-    let deadline = request
-        .extensions()
-        .get::<Deadline>()
-        .map_or_else(|| Instant::now() + gate.request_timeout, |d| d.0);
+    let deadline = Deadline::of(&request, gate.request_timeout);
     let request =
         match whole_body(request, gate.max_body_bytes, deadline, gate.request_timeout).await {
             Ok((request, _)) => request,
@@ -180,7 +177,11 @@ mod tests {
             let turns = turns.clone();
             tokio::spawn(async move { turns.take("b", LONG).await })
         };
-        while lock(&turns.inner).order.len() < 2 {
+        // Every waiter in line before the first turn is given back: a's three, then b's one.
+        while {
+            let queue = lock(&turns.inner);
+            queue.waiting.get("a").map(VecDeque::len) != Some(3) || queue.order.len() < 2
+        } {
             tokio::task::yield_now().await;
         }
         // a's first waiter was first in line, then b's; a's other two after b.
