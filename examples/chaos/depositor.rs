@@ -33,7 +33,10 @@ const DEPOSITOR_KEY: &str = "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f87336
 const DEVNET_TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
 const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
 const MERCHANT: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
-const EXPIRES_IN: u64 = 60;
+/// An hour, as the clients' intents: an intent expires only when the run says so (`expire_now`,
+/// the ager), never by the clock while the checker judges, which would add an event after the
+/// webhooks were drained.
+const EXPIRES_IN: u64 = 3600;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Deposited {
