@@ -52,14 +52,21 @@ fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// Looks tokens up by hash, remembering known ones for a second so that a burst of requests costs
+/// Looks tokens up by hash, remembering each answer for a second so that a burst of requests costs
 /// one database round trip for its credentials, and a revoked or expired key stops working on every
-/// replica within that second. Unknown tokens are never remembered: guessing costs a lookup each
-/// time and cannot fill the cache.
+/// replica within that second. Known and refused tokens are remembered apart: a flood of guesses
+/// churns only the refused ones and never pushes a merchant's key out, while a revoked key left in
+/// a retry loop costs one lookup a second, not one per request.
+///
+/// Behind one `Arc`: axum clones a layer's state for every request, and a refusal should cost
+/// one reference count, not a copy of the cache's handles.
 #[derive(Clone)]
-pub struct Authenticator {
+pub struct Authenticator(Arc<Keys>);
+
+struct Keys {
     pool: Pool,
     known: moka::sync::Cache<[u8; 32], KeyOwner>,
+    refused: moka::sync::Cache<[u8; 32], ()>,
 }
 
 /// Who a known token belongs to, and the counter of the key's uses: registered once per lookup,
@@ -78,17 +85,26 @@ impl Authenticator {
     const KNOWN_FOR: Duration = Duration::from_secs(1);
 
     pub fn new(pool: Pool) -> Self {
-        let known = moka::sync::Cache::builder()
-            .max_capacity(10_000)
-            .time_to_live(Self::KNOWN_FOR)
-            .build();
-        Self { pool, known }
+        fn remembered<V: Clone + Send + Sync + 'static>() -> moka::sync::Cache<[u8; 32], V> {
+            moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Authenticator::KNOWN_FOR)
+                .build()
+        }
+        Self(Arc::new(Keys {
+            pool,
+            known: remembered(),
+            refused: remembered(),
+        }))
     }
 
     async fn owner(&self, token: &str) -> Result<Option<KeyOwner>, sqlx::Error> {
         let hash = token_hash(token);
-        if let Some(owner) = self.known.get(&hash) {
+        if let Some(owner) = self.0.known.get(&hash) {
             return Ok(Some(owner));
+        }
+        if self.0.refused.contains_key(&hash) {
+            return Ok(None);
         }
         // One indexed lookup, which also notes the key's use at most once a minute.
         let owner = sqlx::query!(
@@ -108,7 +124,7 @@ impl Authenticator {
             "#,
             &hash[..]
         )
-        .fetch_optional(&mut *self.pool.acquire().await?)
+        .fetch_optional(&mut *self.0.pool.acquire().await?)
         .await?
         .map(|row| KeyOwner {
             merchant: MerchantId(row.merchant_id),
@@ -117,8 +133,9 @@ impl Authenticator {
                 "prefix" => row.prefix.unwrap_or_else(|| "none".to_owned())
             ),
         });
-        if let Some(owner) = &owner {
-            self.known.insert(hash, owner.clone());
+        match &owner {
+            Some(owner) => self.0.known.insert(hash, owner.clone()),
+            None => self.0.refused.insert(hash, ()),
         }
         Ok(owner)
     }

@@ -276,3 +276,26 @@ async fn a_merchant_lists_revokes_and_rotates_its_keys_on_every_replica() {
         "the rotation expired the merchant's bootstrap key too"
     );
 }
+
+/// A refused token is remembered like a known one: a revoked key left in a client's retry loop
+/// costs one lookup a second, not one per request, and a merchant's key still works beside it.
+#[tokio::test]
+async fn a_refused_token_costs_one_lookup_a_second_not_one_per_request() {
+    let (app, proxy) = TestApp::spawn_behind_proxy(|_| {}).await;
+    let lookups = proxy.count("WHERE token_sha256 = $1 AND revoked_at IS NULL");
+    let started = std::time::Instant::now();
+    for _ in 0..50 {
+        let refused = app.get_as("sk_live_revoked", "/v1/payment_intents").await;
+        assert_eq!(refused.status, 401, "{}", refused.body);
+    }
+    let seconds = started.elapsed().as_secs();
+    let looked_up = lookups.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=seconds + 1).contains(&looked_up),
+        "{looked_up} lookups in {seconds} s"
+    );
+    assert_eq!(
+        app.get_as(DEMO_TOKEN, "/v1/payment_intents").await.status,
+        200
+    );
+}

@@ -50,6 +50,8 @@ struct Shared {
     /// Connections numbered below this are silent.
     silent_below: AtomicU64,
     next_id: AtomicU64,
+    /// Statements counted by a text their SQL contains ([`FaultProxy::count`]).
+    counted: Mutex<Vec<(&'static str, Arc<AtomicU64>)>>,
 }
 
 pub struct FaultProxy {
@@ -66,6 +68,7 @@ impl FaultProxy {
             fault: Mutex::new(Fault::None),
             silent_below: AtomicU64::new(0),
             next_id: AtomicU64::new(0),
+            counted: Mutex::new(Vec::new()),
         });
         let address = listener.local_addr().unwrap();
         tokio::spawn(accept(listener, shared.clone()));
@@ -78,6 +81,14 @@ impl FaultProxy {
             *self.shared.fault.lock().unwrap(),
             Fault::LoseAnswerTo(_) | Fault::CutBefore(_) | Fault::SilenceAt(_)
         )
+    }
+
+    /// Counts, from now on, the statements run whose SQL contains `pattern`.
+    pub fn count(&self, pattern: &'static str) -> Arc<AtomicU64> {
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut counted = self.shared.counted.lock().unwrap();
+        counted.push((pattern, counter.clone()));
+        counter
     }
 
     pub fn set(&self, fault: Fault) {
@@ -159,6 +170,13 @@ impl Connection {
                 continue;
             }
             let sql = statement_sql(&message, &mut prepared);
+            if let Some(sql) = &sql {
+                for (pattern, counter) in self.shared.counted.lock().unwrap().iter() {
+                    if contains(sql, pattern.as_bytes()) {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
             match self.verdict(sql.as_deref()) {
                 Verdict::Cut => {
                     return;
