@@ -367,7 +367,12 @@ test("a deposit intent shows its address, the exact amount and a QR code, and fo
     const { page, context } = await walletPage({ language: "zh-TW" });
     await page.setViewportSize({ width: 390, height: 844 });
     await page.goto(intent.checkout_url);
-    await page.locator("#deposit-address").getByText(intent.deposit_address).waitFor();
+    await page.locator("#deposit-address", { hasText: intent.deposit_address }).waitFor();
+    // On a phone the address breaks in its middle, each half whole on its line.
+    assert.deepEqual(
+      await page.locator("#deposit-address span").evaluateAll((halves) => halves.map((h) => h.getClientRects().length)),
+      [1, 1],
+    );
     await page.getByText(/剛好 25\.00 dUSD/).waitFor();
     await until("the QR code drawn", () => page.locator("#qr").evaluate((img) => img.complete && img.naturalWidth > 0));
     assert.equal(

@@ -209,7 +209,16 @@ function renderDeposit() {
   const open = byDeposit() && view.state === "created" && !expired();
   $("deposit").hidden = !open;
   if (!open) return;
-  $("deposit-address").textContent = view.deposit_address;
+  // Two halves that each stay whole: on a narrow screen the address breaks in its middle,
+  // never before its last character; selected or copied, it is one string.
+  const halves = [view.deposit_address.slice(0, 22), view.deposit_address.slice(22)];
+  if ($("deposit-address").textContent !== view.deposit_address) {
+    $("deposit-address").replaceChildren(...halves.map((half) => {
+      const span = document.createElement("span");
+      span.textContent = half;
+      return span;
+    }));
+  }
   $("deposit-hint").textContent = t("deposit_hint", { amount: units(due()), chain: chainName(view.chain_id) });
   $("qr").alt = view.payment_uri ?? "";
   if (view.payment_qr_svg) {
