@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cargo-fuzz over the request path (fuzz/fuzz_targets/request.rs) for a fixed time, from the
-# committed corpus. Needs a nightly toolchain (or RUSTC_BOOTSTRAP on stable). A toolchain that
-# cannot build the target is reported and skipped; a finding fails.
+# committed corpus. Needs a nightly toolchain (or RUSTC_BOOTSTRAP on stable). A target that does
+# not build fails, as does a finding.
 #   usage: scripts/fuzz.sh [SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +16,18 @@ else
   export RUSTC_BOOTSTRAP=1
   fuzz=(cargo fuzz)
 fi
-if ! "${fuzz[@]}" build request; then
-  echo "WARNING: the fuzz target does not build with this toolchain: fuzzing skipped" >&2
-  exit 0
+# An unoptimised build without a sanitizer: on a cold machine it builds in about half the time
+# of the default (optimised, AddressSanitizer), and the target is safe Rust, whose panics and
+# failed assertions are what the fuzzing looks for (docs/security.md).
+flags=(--dev --sanitizer none)
+# Without a sanitizer the build needs nothing of nightly but libFuzzer's flags, which every
+# toolchain that runs cargo-fuzz has: a build error is the target lagging the library, and fails.
+if ! "${fuzz[@]}" build "${flags[@]}" request; then
+  echo "error: the fuzz target does not build (fuzz/fuzz_targets/request.rs against the library)" >&2
+  exit 1
 fi
 # Fuzz on a scratch copy so the committed corpus only changes on purpose (cargo fuzz cmin).
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cp -r fuzz/corpus/request/. "$scratch/"
-"${fuzz[@]}" run request "$scratch" -- -max_total_time="$seconds" -print_final_stats=1
+"${fuzz[@]}" run "${flags[@]}" request "$scratch" -- -max_total_time="$seconds" -print_final_stats=1
