@@ -168,11 +168,13 @@ for part in 2000000 3000000; do
     --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d \
     "$token" 'transfer(address,uint256)' "$address" "$part" >/dev/null || fail "cast send to the deposit address failed"
 done
+# The sweep takes whatever the address holds, so the merchant can have all 5000000 before the
+# second transfer has its confirmations and is counted: wait for both.
 for _ in $(seq 1 60); do
-  [[ $(balance "$token") == $((before + 5000000)) ]] && break
+  shown=$(auth "localhost:8080/v1/payment_intents/$deposit_id")
+  [[ $(balance "$token") == $((before + 5000000)) && $(json 'v["state"]' <<<"$shown") == succeeded ]] && break
   sleep 1
 done
-shown=$(auth "localhost:8080/v1/payment_intents/$deposit_id")
 echo "$shown" | python3 -c 'import json,sys; v=json.load(sys.stdin); print({k: v[k] for k in ("state", "deposit_address", "amount_received")})'
 [[ $(json 'v["state"]' <<<"$shown") == succeeded ]] || fail "the deposit intent did not succeed"
 [[ $(json 'v["amount_received"]' <<<"$shown") == 5000000 ]] || fail "the deposit intent did not receive 5000000"

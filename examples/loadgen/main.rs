@@ -797,10 +797,11 @@ fn print_report(report: &Report) {
     if let Some(n) = &report.noisy_neighbour {
         let statuses = |w: &Workload| format!("{:?}", w.statuses);
         println!(
-            "noisy neighbour: peak {:.0} creates/s; limiter cost: limited/unlimited {:.3} (median of {:?}); \
-             B alone at {:.0}/s: p50 {:.2} ms, p99 {:.2} ms {}",
+            "noisy neighbour: peak {:.0} creates/s; limiter cost: limited/unlimited {:.3} in throughput, \
+             {:.3} in API CPU per create (medians of {:?}); B alone at {:.0}/s: p50 {:.2} ms, p99 {:.2} ms {}",
             n.peak_creates_per_second,
             n.limiter_cost_ratio,
+            n.limiter_cpu_ratio,
             n.limiter_cost_rounds,
             n.b_alone.rps,
             n.b_alone.p50_ms,
@@ -817,7 +818,7 @@ fn print_report(report: &Report) {
         ] {
             println!(
                 "  {what}, offering {:.0}/s: A sent {:.0}/s {} p99 {:.2} ms, {} timeouts; \
-                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone) {}; served {:.2} of the peak; API CPU {:.0} us per answer",
+                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone just before: p99 {:.2} ms) {}; served {:.2} of the peak; API CPU {:.0} us per answer",
                 c.a_offered_per_second,
                 c.a.rps,
                 statuses(&c.a),
@@ -826,6 +827,7 @@ fn print_report(report: &Report) {
                 c.b.p50_ms,
                 c.b.p99_ms,
                 c.b_p99_factor,
+                c.b_before.p99_ms,
                 statuses(&c.b),
                 c.served_over_peak,
                 c.api_cpu_us_per_answer,
@@ -1099,7 +1101,17 @@ impl ApiProcess {
 
     /// Samples the API's resident set every 50 ms until stopped; returns the peak in KiB.
     fn rss_sampler(&self) -> RssSampler {
-        let pid = self.child.id();
+        RssSampler::of(self.child.id())
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl RssSampler {
+    /// Samples process `pid`'s resident set every 50 ms until stopped.
+    fn of(pid: u32) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
             let stop = stop.clone();

@@ -20,7 +20,7 @@ use std::{
 use hyper::header::HeaderValue;
 use serde::Serialize;
 
-use crate::{ApiProcess, HttpConnection, Tally, Workload};
+use crate::{ApiProcess, HttpConnection, RssSampler, Tally, Workload};
 
 const A_TOKEN: &str = "merchant-demo";
 const A: &str = "merchant_demo";
@@ -40,8 +40,12 @@ pub struct NoisyNeighbourReport {
     /// The same with the merchant limited far above what it sends: the limiter's bucket,
     /// semaphore and headers on every request, over unlimited. Median of the rounds' ratios.
     pub limiter_cost_ratio: f64,
-    /// (unlimited, limited) fresh creates per second, per round.
-    pub limiter_cost_rounds: Vec<(f64, f64)>,
+    /// The API process's CPU time per fresh create, limited over unlimited: the same cost seen
+    /// where it is spent, steadier than throughput on a machine the load generator shares.
+    /// Median of the rounds' ratios.
+    pub limiter_cpu_ratio: f64,
+    /// Per round, unlimited then limited: (fresh creates per second, API CPU µs per create).
+    pub limiter_cost_rounds: Vec<[(f64, f64); 2]>,
     /// B alone at 5% of the peak.
     pub b_alone: Workload,
     /// A offering ten times the peak at the default limits, B as before.
@@ -59,9 +63,12 @@ pub struct NoisyNeighbourReport {
 #[derive(Debug, Serialize)]
 pub struct Contest {
     pub a_offered_per_second: f64,
+    /// B alone just before: the baseline of this contest (the machine's noise moves it between
+    /// phases more than anything A does to it within one).
+    pub b_before: Workload,
     pub a: Workload,
     pub b: Workload,
-    /// B's p99 over its p99 alone (target ≤ 2).
+    /// B's p99 over its p99 alone just before (target ≤ 2).
     pub b_p99_factor: f64,
     /// Creates answered 201 per second, A and B together, over the peak.
     pub served_over_peak: f64,
@@ -96,47 +103,52 @@ pub async fn run(
     // The peak and the limiter's cost: a warm-up, then unlimited and limited rounds in turn,
     // each pair in the other order from the last, on the same process.
     set(A, 0, 0).await?;
-    paced(&server, A_TOKEN, 32, None, duration / 2).await;
+    paced(Target::of(&server), A_TOKEN, 32, None, duration / 2).await;
     let mut rounds = Vec::new();
     for round in 0..4 {
-        let mut pair = [0.0; 2];
+        let mut pair = [(0.0, 0.0); 2];
         for limited in [round % 2 == 1, round % 2 == 0] {
             match limited {
                 true => set(A, 1_000_000, 1_000_000).await?,
                 false => set(A, 0, 0).await?,
             }
-            pair[usize::from(limited)] = paced(&server, A_TOKEN, 32, None, duration / 2).await.rps;
+            let cpu_before = server.cpu_seconds();
+            let measured = paced(Target::of(&server), A_TOKEN, 32, None, duration / 2).await;
+            let cpu = server.cpu_seconds() - cpu_before;
+            let created = measured.workload.statuses.get(&201).copied().unwrap_or(0);
+            pair[usize::from(limited)] = (measured.rps, cpu * 1e6 / created.max(1) as f64);
         }
-        rounds.push((pair[0], pair[1]));
+        rounds.push(pair);
     }
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
         (values[values.len() / 2 - 1] + values[values.len() / 2]) / 2.0
     };
-    let peak = median(rounds.iter().map(|r| r.0).collect());
-    let limiter_cost_ratio = median(rounds.iter().map(|(u, l)| l / u).collect());
+    let peak = median(rounds.iter().map(|[unlimited, _]| unlimited.0).collect());
+    let limiter_cost_ratio = median(rounds.iter().map(|[u, l]| l.0 / u.0).collect());
+    let limiter_cpu_ratio = median(rounds.iter().map(|[u, l]| l.1 / u.1).collect());
 
     let b_rate = peak * 0.05;
     eprintln!("loadgen: noisy neighbour: peak {peak:.0}/s, B at {b_rate:.0}/s");
     let b_alone = named(
-        paced(&server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration).await,
+        b_client(Target::of(&server), b_rate, duration).await,
         "tenants_b_alone",
     );
 
     set(A, 100, 100).await?;
-    let with_a_limited = contest(&server, peak, b_rate, &b_alone, duration, "limited").await;
+    let with_a_limited = contest(&server, peak, b_rate, duration, "limited").await;
     set(A, peak.ceil() as u32, 100).await?;
-    let with_a_at_peak = contest(&server, peak, b_rate, &b_alone, duration, "at_peak").await;
+    let with_a_at_peak = contest(&server, peak, b_rate, duration, "at_peak").await;
     set(A, peak.ceil() as u32, A_CONCURRENCY_BELOW_POOL).await?;
-    let with_a_at_peak_fewer_at_once =
-        contest(&server, peak, b_rate, &b_alone, duration, "at_peak_12").await;
+    let with_a_at_peak_fewer_at_once = contest(&server, peak, b_rate, duration, "at_peak_12").await;
     let b_alone_after = named(
-        paced(&server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration).await,
+        b_client(Target::of(&server), b_rate, duration).await,
         "tenants_b_alone_after",
     );
     Ok(NoisyNeighbourReport {
         peak_creates_per_second: peak,
         limiter_cost_ratio,
+        limiter_cpu_ratio,
         limiter_cost_rounds: rounds,
         b_alone,
         with_a_limited,
@@ -150,15 +162,18 @@ async fn contest(
     server: &ApiProcess,
     peak: f64,
     b_rate: f64,
-    b_alone: &Workload,
     duration: Duration,
     label: &str,
 ) -> Contest {
+    let b_before = named(
+        b_client(Target::of(server), b_rate, duration).await,
+        &format!("tenants_b_before_{label}"),
+    );
     let a_offered = peak * 10.0;
     let cpu_before = server.cpu_seconds();
     let (a, b) = tokio::join!(
-        paced(server, A_TOKEN, A_CONNECTIONS, Some(a_offered), duration),
-        paced(server, B_TOKEN, B_CONNECTIONS, Some(b_rate), duration),
+        a_client(Target::of(server), a_offered, duration),
+        b_client(Target::of(server), b_rate, duration),
     );
     let cpu = server.cpu_seconds() - cpu_before;
     let a_timeouts = a.slow;
@@ -170,7 +185,8 @@ async fn contest(
     let seconds = duration.as_secs_f64();
     Contest {
         a_offered_per_second: a_offered,
-        b_p99_factor: b.p99_ms / b_alone.p99_ms,
+        b_p99_factor: b.p99_ms / b_before.p99_ms,
+        b_before,
         served_over_peak: (created(&a) + created(&b)) / seconds / peak,
         a_timeouts,
         api_cpu_us_per_answer: cpu * 1e6 / (a.requests + b.requests).max(1) as f64,
@@ -232,11 +248,78 @@ struct Measured {
     slow: u64,
 }
 
+/// The API process the clients send to.
+#[derive(Clone, Copy)]
+struct Target {
+    addr: std::net::SocketAddr,
+    pid: u32,
+}
+
+impl Target {
+    fn of(server: &ApiProcess) -> Self {
+        Self {
+            addr: server.addr,
+            pid: server.pid(),
+        }
+    }
+}
+
+/// B's steady load, sent from a thread and runtime of its own: B is another client than A, and
+/// B's answers must not wait in the load generator's run queue behind A's thousands (on another
+/// machine they would not).
+async fn b_client(target: Target, rate: f64, duration: Duration) -> Measured {
+    let b = paced(target, B_TOKEN, B_CONNECTIONS, Some(rate), duration);
+    on_runtime_of_its_own("B", 1, false, b).await
+}
+
+/// A's flood, from a runtime of its own whose threads run at the lowest priority (nice 19): A's
+/// client would be another machine, and here it shares the two cores with the API and
+/// PostgreSQL; niced, it takes what they leave. What A sent is measured, and reported beside
+/// what it was to offer.
+async fn a_client(target: Target, rate: f64, duration: Duration) -> Measured {
+    let a = paced(target, A_TOKEN, A_CONNECTIONS, Some(rate), duration);
+    on_runtime_of_its_own("A", 2, true, a).await
+}
+
+async fn on_runtime_of_its_own(
+    client: &'static str,
+    threads: usize,
+    niced: bool,
+    work: impl std::future::Future<Output = Measured> + Send + 'static,
+) -> Measured {
+    // On Linux a thread's nice value is its own: each thread of the runtime sets it.
+    let nice = move || {
+        if niced {
+            // SAFETY: setpriority only reads its integer arguments; 0 is the calling thread.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+        }
+    };
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        nice();
+        let runtime = match threads {
+            1 => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            n => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(n)
+                .on_thread_start(nice)
+                .enable_all()
+                .build(),
+        }
+        .unwrap_or_else(|e| panic!("a runtime for {client}'s client: {e}"));
+        let _ = sender.send(runtime.block_on(work));
+    });
+    receiver
+        .await
+        .unwrap_or_else(|_| panic!("{client}'s client answers"))
+}
+
 /// Fresh creates as `token` over `connections` connections: at `rate` per second in all, each
 /// connection sending on its own schedule (and at once when it falls behind), or as fast as the
 /// API answers when `rate` is `None`. Latency counts from each request's actual send.
 async fn paced(
-    server: &ApiProcess,
+    server: Target,
     token: &'static str,
     connections: usize,
     rate: Option<f64>,
@@ -281,7 +364,7 @@ async fn paced(
             })
         })
         .collect();
-    let sampler = server.rss_sampler();
+    let sampler = RssSampler::of(server.pid);
     tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
     let tally = Tally::gather(tasks).await;

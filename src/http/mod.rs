@@ -72,10 +72,11 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings.request_timeout,
     );
     let authenticator = auth::Authenticator::new(pool.clone());
-    // As many `/v1` requests at once as the request pool has connections; x402's settle waits
-    // for its block without a connection, so it takes no turn (`docs/design.md`).
+    // As many `/v1` requests at once as the request pool has connections but one; x402's settle
+    // waits for its block without a connection, so it takes no turn (`docs/design.md`).
+    let request_turns = tenants::Turns::for_pool(settings.db_max_connections as usize);
     let turns = tenants::TurnGate {
-        turns: tenants::Turns::new(settings.db_max_connections as usize),
+        turns: request_turns.clone(),
         wait: settings.db_wait_timeout,
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
@@ -124,11 +125,12 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     let operations = Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(metrics_page))
         .route("/openapi.json", get(openapi::openapi_json))
         .layer(Extension(crate::db::Background(background)))
         .layer(Extension(bootstrap))
-        .layer(Extension(heartbeats));
+        .layer(Extension(heartbeats))
+        .layer(Extension(request_turns));
 
     Router::new()
         .merge(api)
@@ -147,6 +149,16 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
                 .layer(telemetry::access_log())
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
         )
+}
+
+/// `/metrics`, with the gauge only the router can read: requests in line for their turn.
+async fn metrics_page(
+    Extension(turns): Extension<tenants::Turns>,
+    pool: axum::extract::State<Pool>,
+    background: Extension<crate::db::Background>,
+) -> axum::response::Response {
+    ::metrics::gauge!(tenants::turns::TURNS_WAITING).set(turns.waiting() as f64);
+    metrics::render(pool, background).await
 }
 
 async fn no_such_endpoint() -> ApiError {

@@ -1,5 +1,5 @@
 //! This replica's share of each merchant's limits: a GCRA bucket (governor) for the rate and a
-//! semaphore for the requests in flight, both in memory, so admitting a request costs no round
+//! count of the requests in flight, both in memory, so admitting a request costs no round
 //! trip and a refusal costs microseconds.
 
 use std::{
@@ -7,7 +7,7 @@ use std::{
     num::NonZeroU32,
     sync::{
         Arc, Mutex, RwLock,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -24,7 +24,6 @@ use governor::{
     middleware::StateInformationMiddleware,
     state::{InMemoryState, NotKeyed},
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Allowance, Policy, RATE_LIMITED};
 use crate::{auth::MerchantId, config::MerchantLimits, error::ApiError};
@@ -33,11 +32,13 @@ type Bucket = RateLimiter<NotKeyed, InMemoryState, DefaultClock, StateInformatio
 
 /// One merchant's state in this replica, made for one allowance: when the allowance changes (a
 /// replica came or went, the merchant's limits were set) the next request makes a new one, with a
-/// full bucket.
+/// full bucket and the same count of requests in flight.
 struct MerchantState {
     allowance: Allowance,
     rate: Option<Bucket>,
-    in_flight: Option<Arc<Semaphore>>,
+    /// The merchant's requests running on this replica, limited or not: carried over to the
+    /// state of a new allowance, so that the requests already running count under it too.
+    in_flight: Arc<AtomicUsize>,
     /// Refusals since the last summary in the log, and when that was: a runaway loop is logged
     /// as one line per merchant every [`SUMMARY_EVERY`], not one line per refused request.
     refused: AtomicU64,
@@ -52,7 +53,7 @@ struct MerchantState {
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 impl MerchantState {
-    fn new(merchant: &str, allowance: Allowance) -> Self {
+    fn new(merchant: &str, allowance: Allowance, in_flight: Arc<AtomicUsize>) -> Self {
         let refused = |reason: Reason| {
             metrics::counter!(
                 RATE_LIMITED,
@@ -67,9 +68,7 @@ impl MerchantState {
             rate: allowance
                 .rate_share()
                 .map(|share| RateLimiter::direct(Quota::per_second(share)).with_middleware()),
-            in_flight: allowance
-                .concurrency_share()
-                .map(|share| Arc::new(Semaphore::new(share.get() as usize))),
+            in_flight,
             refused: AtomicU64::new(0),
             // The first refusal is logged at once.
             summarized_at: Mutex::new(Instant::now() - SUMMARY_EVERY),
@@ -93,10 +92,12 @@ impl MerchantState {
 }
 
 /// Every merchant's limits in this replica, and the policy they come from (which the registry
-/// worker replaces every few seconds).
+/// worker replaces every few seconds). Behind one `Arc`, as axum clones it for every request.
 #[derive(Clone)]
-pub struct Limiter {
-    policy: Arc<RwLock<Arc<Policy>>>,
+pub struct Limiter(Arc<Limits>);
+
+struct Limits {
+    policy: RwLock<Arc<Policy>>,
     /// A merchant idle for a minute is forgotten: its next request finds a full bucket, as it
     /// would have anyway.
     merchants: moka::sync::Cache<String, Arc<MerchantState>>,
@@ -121,8 +122,17 @@ impl Reason {
 
 /// A request let through: the slot it holds while it runs, and the headers its answer carries.
 pub struct Admission {
-    _in_flight: Option<OwnedSemaphorePermit>,
+    _in_flight: InFlight,
     headers: RateLimitHeaders,
+}
+
+/// A request counted in its merchant's requests in flight until it ends.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A request refused, and what its 429 says.
@@ -141,18 +151,19 @@ pub struct RefusedByLimits;
 
 impl Limiter {
     pub fn new(defaults: MerchantLimits) -> Self {
-        Self {
-            policy: Arc::new(RwLock::new(Arc::new(Policy::new(defaults)))),
+        Self(Arc::new(Limits {
+            policy: RwLock::new(Arc::new(Policy::new(defaults))),
             merchants: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_secs(60))
                 .build(),
             clock: DefaultClock::default(),
-        }
+        }))
     }
 
     pub fn policy(&self) -> Arc<Policy> {
-        self.policy
+        self.0
+            .policy
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
@@ -161,6 +172,7 @@ impl Limiter {
     /// Applies from the next request on.
     pub fn publish(&self, policy: Policy) {
         *self
+            .0
             .policy
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(policy);
@@ -168,14 +180,18 @@ impl Limiter {
 
     fn state(&self, merchant: &str) -> Arc<MerchantState> {
         let allowance = self.policy().allowance(merchant);
-        let state = self.merchants.get_with_by_ref(merchant, || {
-            Arc::new(MerchantState::new(merchant, allowance))
+        let state = self.0.merchants.get_with_by_ref(merchant, || {
+            Arc::new(MerchantState::new(merchant, allowance, Arc::default()))
         });
         if state.allowance == allowance {
             return state;
         }
-        let fresh = Arc::new(MerchantState::new(merchant, allowance));
-        self.merchants.insert(merchant.to_owned(), fresh.clone());
+        let fresh = Arc::new(MerchantState::new(
+            merchant,
+            allowance,
+            state.in_flight.clone(),
+        ));
+        self.0.merchants.insert(merchant.to_owned(), fresh.clone());
         fresh
     }
 
@@ -185,29 +201,30 @@ impl Limiter {
         let state = self.state(merchant);
         let allowance = state.allowance;
         let mut headers = RateLimitHeaders::new(allowance);
-        let in_flight = match &state.in_flight {
-            Some(slots) => match slots.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    headers.concurrency_remaining(slots.available_permits());
-                    Some(permit)
-                }
-                Err(_) => {
-                    headers.concurrency_remaining(0);
-                    return Err(Refusal {
-                        reason: Reason::Concurrency,
-                        retry_after: Duration::from_secs(1),
-                        headers,
-                        report: state.refusal_to_report(Reason::Concurrency),
-                    });
-                }
-            },
-            None => None,
+        let share = allowance
+            .concurrency_share()
+            .map_or(usize::MAX, |share| share.get() as usize);
+        let Ok(before) = state
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < share).then_some(n + 1)
+            })
+        else {
+            headers.concurrency_remaining(0);
+            return Err(Refusal {
+                reason: Reason::Concurrency,
+                retry_after: Duration::from_secs(1),
+                headers,
+                report: state.refusal_to_report(Reason::Concurrency),
+            });
         };
+        let in_flight = InFlight(state.in_flight.clone());
+        headers.concurrency_remaining(share - before - 1);
         if let Some(bucket) = &state.rate {
             match bucket.check() {
                 Ok(snapshot) => headers.rate_remaining(snapshot.remaining_burst_capacity(), 1),
                 Err(not_until) => {
-                    let retry_after = not_until.wait_time_from(self.clock.now());
+                    let retry_after = not_until.wait_time_from(self.0.clock.now());
                     headers.rate_remaining(0, whole_seconds(retry_after));
                     return Err(Refusal {
                         reason: Reason::Rate,
@@ -373,6 +390,35 @@ mod tests {
             .expect("a second at once is refused");
         assert_eq!(refused.reason, Reason::Concurrency);
         drop(first);
+        assert!(limiter.admit("a").is_ok());
+    }
+
+    /// A new allowance (a replica came or went, the merchant's limits were set) applies to the
+    /// requests already running: they are not forgotten, so the limit is never exceeded across
+    /// the change, and a lower limit refuses until enough of them have ended.
+    #[test]
+    fn requests_in_flight_count_under_a_new_allowance() {
+        let limiter = limiter(0, 2);
+        let running = [limiter.admit("a"), limiter.admit("a")].map(|a| a.ok().unwrap());
+
+        limiter.publish(Policy::new(MerchantLimits {
+            concurrency: 3,
+            ..MerchantLimits::unlimited()
+        }));
+        let third = limiter.admit("a").ok().expect("one more under three");
+        let refused = limiter.admit("a").err().expect("a fourth is over three");
+        assert_eq!(refused.reason, Reason::Concurrency);
+
+        limiter.publish(Policy::new(MerchantLimits {
+            concurrency: 2,
+            ..MerchantLimits::unlimited()
+        }));
+        drop(third);
+        assert!(
+            limiter.admit("a").is_err(),
+            "two still run, the limit is two"
+        );
+        drop(running);
         assert!(limiter.admit("a").is_ok());
     }
 

@@ -33,13 +33,23 @@ struct Queue {
     order: VecDeque<String>,
 }
 
+/// The gauge of requests waiting for a turn, beside the pool's own `db_pool_waiting_requests`.
+pub const TURNS_WAITING: &str = "db_turns_waiting_requests";
+
 /// A request's turn: given to the next one when dropped.
 pub struct Turn {
     turns: Option<Arc<Mutex<Queue>>>,
 }
 
 impl Turns {
-    /// `at_once` turns (at least one): the request pool's size.
+    /// The turns for a request pool of `connections`: one fewer, so that what takes no turn (a
+    /// key not seen in the last second, a checkout page, x402) finds a connection free even while
+    /// every turn is taken; a pool of one is all turns.
+    pub fn for_pool(connections: usize) -> Self {
+        Self::new(connections.saturating_sub(1).max(1))
+    }
+
+    /// `at_once` turns (at least one).
     pub fn new(at_once: usize) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Queue {
@@ -73,6 +83,12 @@ impl Turns {
         };
         // A turn handed over after the wait ran out is dropped with the channel: given on again.
         tokio::time::timeout(wait, receiver).await.ok()?.ok()
+    }
+
+    /// Requests waiting for a turn now (one that gave up counts until its turn comes and passes
+    /// it over).
+    pub fn waiting(&self) -> usize {
+        lock(&self.inner).waiting.values().map(VecDeque::len).sum()
     }
 
     fn turn(&self) -> Turn {

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use payments_api::config::{MerchantLimits, Settings};
 
 use crate::{
-    helpers::{Answer, DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, TestApp, spawn_create},
+    helpers::{
+        Answer, DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, TestApp,
+        blocker::IntentInsertBlocker, spawn_create, spawn_create_as,
+    },
     leases::waiting_inserts,
 };
 
@@ -252,6 +255,117 @@ async fn a_full_request_pool_sheds_requests_while_probes_and_background_work_go_
         app.get_as(DEMO_TOKEN, "/v1/payment_intents").await.status,
         200
     );
+}
+
+/// With every turn at the database taken, a merchant's queue stands behind its own requests:
+/// another merchant's request, arriving after three of the first's, is served after only one.
+#[tokio::test]
+async fn a_merchants_queue_at_the_database_does_not_stand_in_front_of_another_merchant() {
+    let (app, blocker, holder) = one_turn_held(Duration::from_secs(20)).await;
+    let mut waiting = Vec::new();
+    for (token, key) in [
+        (DEMO_TOKEN, "demo-1"),
+        (DEMO_TOKEN, "demo-2"),
+        (DEMO_TOKEN, "demo-3"),
+        (OTHER_TOKEN, "other-1"),
+    ] {
+        waiting.push(spawn_create_as(&app.address, token, key));
+        until_in_line(&app, waiting.len()).await;
+    }
+
+    blocker.release().await;
+    let mut served = vec![holder.await.unwrap().unwrap()];
+    for request in waiting {
+        served.push(request.await.unwrap().unwrap());
+    }
+    let ids: Vec<String> = served
+        .iter()
+        .map(|answer| {
+            assert_eq!(answer.status, 201, "{}", answer.body);
+            answer.json()["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    // One turn: each create commits before the next begins, so creation order is service order.
+    let order: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM payment_intents ORDER BY created_at, id")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    // The holder, then the first of the merchant's three, then the other merchant's one.
+    assert_eq!(order.len(), 5);
+    assert_eq!((&order[0], &order[2]), (&ids[0], &ids[4]), "served in turn");
+    assert!(ids[1..4].contains(&order[1]), "{order:?}");
+}
+
+/// A request that would wait for its turn past `DB_WAIT_TIMEOUT_MS` is shed with the pool's
+/// retryable 503 while a connection is still free (the turn, not the pool, refused it), and it
+/// recorded nothing: the same key's retry, once a turn is free, is a first execution.
+#[tokio::test]
+async fn a_request_that_would_wait_too_long_for_its_turn_is_shed_and_its_retry_runs_normally() {
+    let (app, blocker, holder) = one_turn_held(Duration::from_millis(300)).await;
+
+    let shed = spawn_create(&app.address, "shed-at-its-turn")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(shed.status, 503, "{}", shed.body);
+    assert_eq!(shed.json()["error"], "unavailable");
+    assert!(shed.header("retry-after").is_some());
+    let metrics = app.get("/metrics").await.body;
+    assert!(
+        metrics.contains(r#"db_pool_connections{pool="requests",state="in_use"} 1"#),
+        "the pool had a connection free: {metrics}"
+    );
+    let recorded: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idempotency_keys WHERE key = 'shed-at-its-turn'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(recorded, 0, "a shed request records nothing");
+
+    blocker.release().await;
+    assert_eq!(holder.await.unwrap().unwrap().status, 201);
+    let retried = spawn_create(&app.address, "shed-at-its-turn")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(retried.status, 201, "{}", retried.body);
+    assert_eq!(
+        retried.header("idempotent-replayed"),
+        None,
+        "a first execution"
+    );
+}
+
+/// An app with two request connections, so one turn (the other connection is for what takes
+/// none), and that turn held by a create waiting on the intents' lock until `blocker` lets go.
+async fn one_turn_held(
+    wait: Duration,
+) -> (
+    TestApp,
+    IntentInsertBlocker,
+    tokio::task::JoinHandle<reqwest::Result<Answer>>,
+) {
+    let app = TestApp::spawn_with(|s| {
+        s.db_max_connections = 2;
+        s.db_wait_timeout = wait;
+    })
+    .await;
+    let blocker = app.block_intent_inserts().await;
+    let holder = spawn_create(&app.address, "holds-the-turn");
+    app.wait_until("the only turn waits on the lock", &waiting_inserts(1))
+        .await;
+    (app, blocker, holder)
+}
+
+/// Waits until `/metrics` says `n` requests are in line for a turn.
+async fn until_in_line(app: &TestApp, n: usize) {
+    let line = format!("db_turns_waiting_requests {n}\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !app.get("/metrics").await.body.contains(&line) {
+        assert!(Instant::now() < deadline, "never {n} in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Requests are counted by the key that authenticated them, named by its prefix: which keys are

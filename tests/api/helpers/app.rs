@@ -343,11 +343,24 @@ impl Answer {
 
 /// POSTs the seed body under `key` to `address` in the background (a request that will stall).
 pub fn spawn_create(address: &str, key: &str) -> tokio::task::JoinHandle<reqwest::Result<Answer>> {
-    let (url, key) = (format!("{address}/v1/payment_intents"), key.to_owned());
+    spawn_create_as(address, DEMO_TOKEN, key)
+}
+
+/// [`spawn_create`] as the merchant of `token`.
+pub fn spawn_create_as(
+    address: &str,
+    token: &str,
+    key: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<Answer>> {
+    let (url, token, key) = (
+        format!("{address}/v1/payment_intents"),
+        token.to_owned(),
+        key.to_owned(),
+    );
     tokio::spawn(async move {
         let response = Client::new()
             .post(url)
-            .bearer_auth(DEMO_TOKEN)
+            .bearer_auth(token)
             .header("idempotency-key", key)
             .body(SEED_BODY)
             .send()

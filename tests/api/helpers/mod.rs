@@ -6,7 +6,7 @@
 //! token ([`chain`]).
 
 mod app;
-mod blocker;
+pub mod blocker;
 pub mod chain;
 mod database;
 mod process;
@@ -14,7 +14,7 @@ mod proxy;
 mod receiver;
 mod replicated;
 
-pub use app::{Answer, TestApp, serve, spawn_create, test_settings};
+pub use app::{Answer, TestApp, serve, spawn_create, spawn_create_as, test_settings};
 pub use database::{empty_database, fresh_database, missing_database};
 pub use process::ServerProcess;
 pub use proxy::Fault;
