@@ -257,6 +257,11 @@ pub struct ServeArgs {
     #[arg(long, env = "DB_BACKGROUND_CONNECTIONS", default_value_t = 8)]
     pub db_background_connections: u32,
 
+    /// `/v1` requests working at the database at once, merchants taking turns when more want to;
+    /// at most, and by default, the request pool less one.
+    #[arg(long, env = "DB_REQUEST_TURNS")]
+    pub db_request_turns: Option<u32>,
+
     /// A request that would wait longer than this for a database connection gets 503 with
     /// `Retry-After` at once.
     #[arg(long, env = "DB_WAIT_TIMEOUT_MS", default_value_t = 500)]
@@ -285,6 +290,8 @@ pub struct Settings {
     pub database_url: String,
     pub db_max_connections: u32,
     pub db_background_connections: u32,
+    /// `/v1` requests at the database at once (`tenants::Turns::for_pool`).
+    pub db_request_turns: u32,
     /// How long a request may wait for a pooled connection before it is answered 503.
     pub db_wait_timeout: Duration,
     pub merchant_limits: MerchantLimits,
@@ -506,6 +513,11 @@ impl ServeArgs {
             database_url: self.database.url()?.to_owned(),
             db_max_connections: self.database.db_max_connections.max(2),
             db_background_connections: self.db_background_connections.max(2),
+            db_request_turns: self
+                .db_request_turns
+                .unwrap_or(u32::MAX)
+                .min(self.database.db_max_connections.max(2) - 1)
+                .max(1),
             db_wait_timeout: Duration::from_millis(self.db_wait_timeout_ms.max(1)),
             merchant_limits: MerchantLimits {
                 rate_per_second: self.merchant_rate_limit,
@@ -588,6 +600,34 @@ pub fn parse_bootstrap_api_keys(spec: &str) -> anyhow::Result<Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Turns are their own setting, never more than the request pool less one, which is also
+    /// their default.
+    #[test]
+    fn request_turns_default_to_the_pool_less_one_and_never_exceed_it() {
+        let turns = |args: &[&str]| {
+            let base = ["payments-api", "--database-url", "postgres://db/payments"];
+            Cli::try_parse_from(base.iter().chain(args))
+                .unwrap()
+                .serve
+                .settings()
+                .unwrap()
+                .db_request_turns
+        };
+        assert_eq!(turns(&["--db-max-connections", "16"]), 15);
+        assert_eq!(
+            turns(&["--db-max-connections", "16", "--db-request-turns", "4"]),
+            4
+        );
+        assert_eq!(
+            turns(&["--db-max-connections", "8", "--db-request-turns", "40"]),
+            7
+        );
+        assert_eq!(
+            turns(&["--db-max-connections", "1", "--db-request-turns", "0"]),
+            1
+        );
+    }
 
     #[test]
     fn bind_addresses_may_name_a_host() {

@@ -798,11 +798,14 @@ fn print_report(report: &Report) {
         let statuses = |w: &Workload| format!("{:?}", w.statuses);
         println!(
             "noisy neighbour: peak {:.0} creates/s; limiter cost: limited/unlimited {:.3} in throughput, \
-             {:.3} in API CPU per create (medians of {:?}); B alone at {:.0}/s: p50 {:.2} ms, p99 {:.2} ms {}",
+             {:.3} in API CPU per create (medians of {:?}); one admission {:.0} ns, {:.3}% of a create's API CPU; \
+             B alone at {:.0}/s: p50 {:.2} ms, p99 {:.2} ms {}",
             n.peak_creates_per_second,
             n.limiter_cost_ratio,
             n.limiter_cpu_ratio,
             n.limiter_cost_rounds,
+            n.limiter_admission_ns,
+            n.limiter_admission_share_of_create * 100.0,
             n.b_alone.rps,
             n.b_alone.p50_ms,
             n.b_alone.p99_ms,

@@ -46,6 +46,12 @@ pub struct NoisyNeighbourReport {
     pub limiter_cpu_ratio: f64,
     /// Per round, unlimited then limited: (fresh creates per second, API CPU µs per create).
     pub limiter_cost_rounds: Vec<[(f64, f64); 2]>,
+    /// What the limiter's admission of one request costs on its own (bucket, in-flight count,
+    /// both header fields), timed in this process over many admissions: what the two ratios
+    /// above cannot resolve on a shared machine.
+    pub limiter_admission_ns: f64,
+    /// That admission over the API's CPU per fresh create unlimited (median of the rounds).
+    pub limiter_admission_share_of_create: f64,
     /// B alone at 5% of the peak.
     pub b_alone: Workload,
     /// A offering ten times the peak at the default limits, B as before.
@@ -127,6 +133,8 @@ pub async fn run(
     let peak = median(rounds.iter().map(|[unlimited, _]| unlimited.0).collect());
     let limiter_cost_ratio = median(rounds.iter().map(|[u, l]| l.0 / u.0).collect());
     let limiter_cpu_ratio = median(rounds.iter().map(|[u, l]| l.1 / u.1).collect());
+    let limiter_admission_ns = admission_ns();
+    let create_cpu_ns = median(rounds.iter().map(|[unlimited, _]| unlimited.1).collect()) * 1e3;
 
     let b_rate = peak * 0.05;
     eprintln!("loadgen: noisy neighbour: peak {peak:.0}/s, B at {b_rate:.0}/s");
@@ -150,6 +158,8 @@ pub async fn run(
         limiter_cost_ratio,
         limiter_cpu_ratio,
         limiter_cost_rounds: rounds,
+        limiter_admission_ns,
+        limiter_admission_share_of_create: limiter_admission_ns / create_cpu_ns,
         b_alone,
         with_a_limited,
         with_a_at_peak,
@@ -199,6 +209,30 @@ fn named(measured: Measured, name: &str) -> Workload {
     let mut workload = measured.workload;
     workload.name = name.to_owned();
     workload
+}
+
+/// Nanoseconds of one admission by a limiter of the API's own code, a merchant limited far above
+/// what it is sent: the best of five batches, each admission's answer fields written and its
+/// in-flight slot given back as a request's would be.
+fn admission_ns() -> f64 {
+    const BATCH: u32 = 100_000;
+    let limiter = payments_api::tenants::Limiter::new(payments_api::config::MerchantLimits {
+        rate_per_second: 1_000_000_000,
+        concurrency: 1_000_000,
+        refresh_every: payments_api::config::MerchantLimits::REFRESH_EVERY,
+    });
+    (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..BATCH {
+                let admission = limiter.admit(A).ok().expect("far below the limits");
+                let mut headers = hyper::HeaderMap::new();
+                admission.write_headers(&mut headers);
+                std::hint::black_box(headers);
+            }
+            started.elapsed().as_nanos() as f64 / f64::from(BATCH)
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Sets a merchant's own limits (0: unlimited) and waits until the API answers under them.

@@ -72,9 +72,12 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings.request_timeout,
     );
     let authenticator = auth::Authenticator::new(pool.clone());
-    // As many `/v1` requests at once as the request pool has connections but one; x402's settle
-    // waits for its block without a connection, so it takes no turn (`docs/design.md`).
-    let request_turns = tenants::Turns::for_pool(settings.db_max_connections as usize);
+    // `DB_REQUEST_TURNS` `/v1` requests at once; x402's settle waits for its block without a
+    // connection, so it takes no turn (`docs/design.md`).
+    let request_turns = tenants::Turns::for_pool(
+        settings.db_request_turns as usize,
+        settings.db_max_connections as usize,
+    );
     let turns = tenants::TurnGate {
         turns: request_turns.clone(),
         wait: settings.db_wait_timeout,

@@ -126,6 +126,13 @@ pub struct Admission {
     headers: RateLimitHeaders,
 }
 
+impl Admission {
+    /// The `RateLimit` and `RateLimit-Policy` fields of the request's answer.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        self.headers.write(headers);
+    }
+}
+
 /// A request counted in its merchant's requests in flight until it ends.
 struct InFlight(Arc<AtomicUsize>);
 
@@ -257,7 +264,7 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
     match limiter.admit(merchant.as_str()) {
         Ok(admission) => {
             let mut response = next.run(request).await;
-            admission.headers.write(response.headers_mut());
+            admission.write_headers(response.headers_mut());
             response
         }
         Err(refusal) => {

@@ -42,11 +42,12 @@ pub struct Turn {
 }
 
 impl Turns {
-    /// The turns for a request pool of `connections`: one fewer, so that what takes no turn (a
-    /// key not seen in the last second, a checkout page, x402) finds a connection free even while
-    /// every turn is taken; a pool of one is all turns.
-    pub fn for_pool(connections: usize) -> Self {
-        Self::new(connections.saturating_sub(1).max(1))
+    /// `wanted` turns (`DB_REQUEST_TURNS`), but at most one fewer than the request pool's
+    /// `connections`, so that what takes no turn (a key not seen in the last second, a checkout
+    /// page, x402) finds a connection free even while every turn is taken; a pool of one is all
+    /// turns.
+    pub fn for_pool(wanted: usize, connections: usize) -> Self {
+        Self::new(wanted.min(connections.saturating_sub(1)).max(1))
     }
 
     /// `at_once` turns (at least one).
