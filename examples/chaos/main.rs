@@ -46,8 +46,11 @@ struct Args {
     /// Seconds between faults.
     #[arg(long, default_value_t = 5)]
     fault_every: u64,
-    /// Port of the private PostgreSQL; the replicas take the three after it.
-    #[arg(long, default_value_t = 55432)]
+    /// Port of the private PostgreSQL; the replicas take the three after it, the chain and the
+    /// Patroni cluster the thirty after it. Below Linux's ephemeral range (32768–60999): a port
+    /// there can be taken at any moment as the local end of an outgoing connection, and then
+    /// HAProxy or a Patroni node fails to bind it.
+    #[arg(long, default_value_t = 17432)]
     port: u16,
     /// The payments-api binary (default: the release build next to this example).
     #[arg(long)]
