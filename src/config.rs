@@ -290,8 +290,8 @@ pub struct Settings {
     pub database_url: String,
     pub db_max_connections: u32,
     pub db_background_connections: u32,
-    /// `/v1` requests at the database at once (`tenants::Turns::for_pool`).
-    pub db_request_turns: u32,
+    /// `DB_REQUEST_TURNS` as given; `tenants::Turns::for_pool` caps it by the pool.
+    pub db_request_turns: Option<u32>,
     /// How long a request may wait for a pooled connection before it is answered 503.
     pub db_wait_timeout: Duration,
     pub merchant_limits: MerchantLimits,
@@ -513,11 +513,7 @@ impl ServeArgs {
             database_url: self.database.url()?.to_owned(),
             db_max_connections: self.database.db_max_connections.max(2),
             db_background_connections: self.db_background_connections.max(2),
-            db_request_turns: self
-                .db_request_turns
-                .unwrap_or(u32::MAX)
-                .min(self.database.db_max_connections.max(2) - 1)
-                .max(1),
+            db_request_turns: self.db_request_turns,
             db_wait_timeout: Duration::from_millis(self.db_wait_timeout_ms.max(1)),
             merchant_limits: MerchantLimits {
                 rate_per_second: self.merchant_rate_limit,
@@ -600,34 +596,6 @@ pub fn parse_bootstrap_api_keys(spec: &str) -> anyhow::Result<Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Turns are their own setting, never more than the request pool less one, which is also
-    /// their default.
-    #[test]
-    fn request_turns_default_to_the_pool_less_one_and_never_exceed_it() {
-        let turns = |args: &[&str]| {
-            let base = ["payments-api", "--database-url", "postgres://db/payments"];
-            Cli::try_parse_from(base.iter().chain(args))
-                .unwrap()
-                .serve
-                .settings()
-                .unwrap()
-                .db_request_turns
-        };
-        assert_eq!(turns(&["--db-max-connections", "16"]), 15);
-        assert_eq!(
-            turns(&["--db-max-connections", "16", "--db-request-turns", "4"]),
-            4
-        );
-        assert_eq!(
-            turns(&["--db-max-connections", "8", "--db-request-turns", "40"]),
-            7
-        );
-        assert_eq!(
-            turns(&["--db-max-connections", "1", "--db-request-turns", "0"]),
-            1
-        );
-    }
 
     #[test]
     fn bind_addresses_may_name_a_host() {

@@ -75,7 +75,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     // `DB_REQUEST_TURNS` `/v1` requests at once; x402's settle waits for its block without a
     // connection, so it takes no turn (`docs/design.md`).
     let request_turns = tenants::Turns::for_pool(
-        settings.db_request_turns as usize,
+        settings.db_request_turns.map(|turns| turns as usize),
         settings.db_max_connections as usize,
     );
     let turns = tenants::TurnGate {

@@ -42,12 +42,13 @@ pub struct Turn {
 }
 
 impl Turns {
-    /// `wanted` turns (`DB_REQUEST_TURNS`), but at most one fewer than the request pool's
-    /// `connections`, so that what takes no turn (a key not seen in the last second, a checkout
-    /// page, x402) finds a connection free even while every turn is taken; a pool of one is all
-    /// turns.
-    pub fn for_pool(wanted: usize, connections: usize) -> Self {
-        Self::new(wanted.min(connections.saturating_sub(1)).max(1))
+    /// `wanted` turns (`DB_REQUEST_TURNS`; by default as many as allowed), but at most one fewer
+    /// than the request pool's `connections`, so that what takes no turn (a key not seen in the
+    /// last second, a checkout page, x402) finds a connection free even while every turn is
+    /// taken; a pool of one is all turns.
+    pub fn for_pool(wanted: Option<usize>, connections: usize) -> Self {
+        let most = connections.saturating_sub(1);
+        Self::new(wanted.unwrap_or(most).min(most).max(1))
     }
 
     /// `at_once` turns (at least one).
@@ -211,6 +212,16 @@ mod tests {
             assert!(waiter.await.unwrap().is_some());
         }
         assert_eq!(lock(&turns.inner).free, 1);
+    }
+
+    #[test]
+    fn turns_default_to_the_pool_less_one_and_never_exceed_it() {
+        let free = |wanted, connections| lock(&Turns::for_pool(wanted, connections).inner).free;
+        assert_eq!(free(None, 16), 15);
+        assert_eq!(free(Some(4), 16), 4);
+        assert_eq!(free(Some(40), 8), 7);
+        assert_eq!(free(Some(0), 1), 1);
+        assert_eq!(free(None, 1), 1);
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ pub fn test_settings(database_url: &str) -> Settings {
         db_max_connections: 10,
         db_background_connections: 4,
         // The default: the pool less one.
-        db_request_turns: 9,
+        db_request_turns: None,
         // Generous: tests race many requests on a small pool on a busy machine; the shedding
         // test sets its own.
         db_wait_timeout: Duration::from_secs(5),
