@@ -64,17 +64,19 @@ bench: chain-tools ## release build, HTTP load beside the pgbench reference, set
 	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)
 
 DURATION ?= 60
+# The fault runs build in release; CI passes PROFILE=dev to reuse what `make test` compiled.
+PROFILE ?= release
 chaos: chain-tools ## fault run: 3 replicas, a chain, PostgreSQL and anvil restarts, kills, reorgs; then the checker
-	cargo build --release --bin payments-api --example chaos
-	cargo run --release --quiet --example chaos -- --duration $(DURATION)
+	cargo build --profile $(PROFILE) --bin payments-api --example chaos
+	cargo run --profile $(PROFILE) --quiet --example chaos -- --duration $(DURATION)
 
 HA_TOOLS := patroni etcd haproxy
 ha-chaos: chain-tools ## failover run on Patroni (3 PostgreSQL, synchronous standby), etcd and HAProxy: via HAProxy, then a multi-host DATABASE_URL
 	@for tool in $(HA_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$tool >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server haproxy >/dev/null; fi
-	cargo build --release --bin payments-api --example chaos
-	cargo run --release --quiet --example chaos -- --ha proxy --duration $(DURATION) --fault-every 15 --out target/ha-chaos/proxy
-	cargo run --release --quiet --example chaos -- --ha multi-host --duration $(DURATION) --fault-every 15 --out target/ha-chaos/multi-host
+	cargo build --profile $(PROFILE) --bin payments-api --example chaos
+	cargo run --profile $(PROFILE) --quiet --example chaos -- --ha proxy --duration $(DURATION) --fault-every 15 --out target/ha-chaos/proxy
+	cargo run --profile $(PROFILE) --quiet --example chaos -- --ha multi-host --duration $(DURATION) --fault-every 15 --out target/ha-chaos/multi-host
 
 schemathesis: ## Schemathesis (PyPI) against /openapi.json of a live debug build
 	cargo build --bin payments-api

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The checkout page in Debian's Chromium (docs/checkout.md): builds the release binary, installs
-# the pinned playwright-core and axe-core into tests/browser/, runs tests/browser/checkout.test.mjs.
+# The checkout page in Debian's Chromium (docs/checkout.md): builds the debug binary (which
+# `cargo test` has already built), installs the pinned playwright-core and axe-core into
+# tests/browser/, runs tests/browser/checkout.test.mjs.
 # Without a Chromium the tests are skipped with a warning, unless BROWSER_TESTS_REQUIRED=1 (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +15,11 @@ if [[ ! -x $chromium ]]; then
   exit 0
 fi
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-cargo build --release --bin payments-api
+cargo build --bin payments-api
 if [[ ! -d tests/browser/node_modules/playwright-core ]] || [[ tests/browser/package-lock.json -nt tests/browser/node_modules ]]; then
   npm ci --prefix tests/browser --no-audit --no-fund
 fi
-export PAYMENTS_API_BIN=$target/release/payments-api CHROMIUM=$chromium
+export PAYMENTS_API_BIN=$target/debug/payments-api CHROMIUM=$chromium
 export TEST_DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 cd tests/browser
 node --test --test-concurrency=1 --test-reporter=spec checkout.test.mjs

@@ -1,10 +1,10 @@
 // The checkout page in a real browser (docs/checkout.md): Debian's Chromium driven by
-// playwright-core, against the release binary, anvil and PostgreSQL. A test wallet is injected
+// playwright-core, against the payments-api binary, anvil and PostgreSQL. A test wallet is injected
 // before the page loads: an EIP-6963 provider whose requests the test answers, signing with
 // anvil's dev accounts (anvil's own eth_signTypedData_v4). axe-core checks accessibility.
 // Screenshots of each state, in both languages, go to target/browser/<state>-<language>.png.
 //
-// Needs: PAYMENTS_API_BIN (the release binary), TEST_DATABASE_URL (a PostgreSQL server to create
+// Needs: PAYMENTS_API_BIN (a payments-api binary), TEST_DATABASE_URL (a PostgreSQL server to create
 // a database on) and CHROMIUM (default /usr/bin/chromium). `make browser-test` sets them.
 
 import { test, before, after } from "node:test";
