@@ -24,7 +24,7 @@ test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE
 x402-test: chain-tools ## x402's own client and resource server (@x402/fetch, @x402/express) paying through our facilitator; the reference facilitator beside ours
 	bash scripts/x402-test.sh
 
-browser-test: chain-tools ## the checkout page in Debian's Chromium against the release binary, anvil and PostgreSQL (TEST_DATABASE_URL)
+browser-test: chain-tools ## the checkout page in Debian's Chromium against the debug binary, anvil and PostgreSQL (TEST_DATABASE_URL)
 	bash scripts/browser-test.sh
 
 CHAIN_TOOLS := contracts/node_modules/.bin/anvil
@@ -64,19 +64,19 @@ bench: chain-tools ## release build, HTTP load beside the pgbench reference, set
 	cargo run --release --quiet --example loadgen -- $(BENCH_ARGS)
 
 DURATION ?= 60
-# The fault runs build in release; CI passes PROFILE=dev to reuse what `make test` compiled.
-PROFILE ?= release
+# The fault runs build in release; CI passes CHAOS_PROFILE=dev to reuse what `make test` compiled.
+CHAOS_PROFILE ?= release
 chaos: chain-tools ## fault run: 3 replicas, a chain, PostgreSQL and anvil restarts, kills, reorgs; then the checker
-	cargo build --profile $(PROFILE) --bin payments-api --example chaos
-	cargo run --profile $(PROFILE) --quiet --example chaos -- --duration $(DURATION)
+	cargo build --profile $(CHAOS_PROFILE) --bin payments-api --example chaos
+	cargo run --profile $(CHAOS_PROFILE) --quiet --example chaos -- --duration $(DURATION)
 
 HA_TOOLS := patroni etcd haproxy
 ha-chaos: chain-tools ## failover run on Patroni (3 PostgreSQL, synchronous standby), etcd and HAProxy: via HAProxy, then a multi-host DATABASE_URL
 	@for tool in $(HA_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $$tool >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server haproxy >/dev/null; fi
-	cargo build --profile $(PROFILE) --bin payments-api --example chaos
-	cargo run --profile $(PROFILE) --quiet --example chaos -- --ha proxy --duration $(DURATION) --fault-every 15 --out target/ha-chaos/proxy
-	cargo run --profile $(PROFILE) --quiet --example chaos -- --ha multi-host --duration $(DURATION) --fault-every 15 --out target/ha-chaos/multi-host
+	cargo build --profile $(CHAOS_PROFILE) --bin payments-api --example chaos
+	cargo run --profile $(CHAOS_PROFILE) --quiet --example chaos -- --ha proxy --duration $(DURATION) --fault-every 15 --out target/ha-chaos/proxy
+	cargo run --profile $(CHAOS_PROFILE) --quiet --example chaos -- --ha multi-host --duration $(DURATION) --fault-every 15 --out target/ha-chaos/multi-host
 
 schemathesis: ## Schemathesis (PyPI) against /openapi.json of a live debug build
 	cargo build --bin payments-api

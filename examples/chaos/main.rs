@@ -52,7 +52,7 @@ struct Args {
     /// HAProxy or a Patroni node fails to bind it.
     #[arg(long, default_value_t = 17432)]
     port: u16,
-    /// The payments-api binary (default: the release build next to this example).
+    /// The payments-api binary (default: the one of this example's own build profile).
     #[arg(long)]
     api: Option<PathBuf>,
     /// Where replica logs go.
@@ -88,7 +88,7 @@ async fn main() -> anyhow::Result<()> {
     };
     if !api.exists() {
         bail!(
-            "{} not found: build it with `cargo build --release --bin payments-api`",
+            "{} not found: build it with `make chaos` (`cargo build --profile <profile> --bin payments-api`)",
             api.display()
         );
     }

@@ -1,8 +1,8 @@
 // What the Node suites (tests/browser, tests/x402) run against: anvil with the devnet token and
-// Circle's USDC deployed, and the release binary of payments-api on a fresh database. Node's
-// standard library only, so it needs no install of its own.
+// Circle's USDC deployed, and a payments-api binary (the scripts use the debug build) on a fresh
+// database. Node's standard library only, so it needs no install of its own.
 //
-// Needs: PAYMENTS_API_BIN (the release binary) and TEST_DATABASE_URL (a PostgreSQL server to
+// Needs: PAYMENTS_API_BIN (a payments-api binary) and TEST_DATABASE_URL (a PostgreSQL server to
 // create a database on). The scripts that run the suites set them.
 
 import { spawn, execFileSync } from "node:child_process";
@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 export const tools = path.join(root, "contracts/node_modules/.bin");
-const binary = process.env.PAYMENTS_API_BIN ?? path.join(root, "target/release/payments-api");
+const binary = process.env.PAYMENTS_API_BIN ?? path.join(root, "target/debug/payments-api");
 const serverUrl = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 // Anvil's well-known dev accounts (keys of a public mnemonic; a devnet only).
@@ -78,7 +78,7 @@ export async function startChain(args = []) {
 /// payments-api serving on a free port against a fresh database named after `suite`, settling on
 /// `chain` with the relayer key; `env` adds or overrides settings.
 export async function startApi(suite, chain, env = {}) {
-  if (!existsSync(binary)) throw new Error(`${binary} is missing: cargo build --release --bin payments-api`);
+  if (!existsSync(binary)) throw new Error(`${binary} is missing: cargo build --bin payments-api`);
   const databaseUrl = serverUrl.replace(/\/[^/]*$/, `/${suite}_${process.pid}_${Date.now()}`);
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
