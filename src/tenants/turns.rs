@@ -1,6 +1,6 @@
-//! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most as
-//! many requests work at once as the request pool has connections, and when more want to, each
-//! merchant with a request waiting is served in turn. A merchant's queue of fifty stands behind
+//! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most
+//! `DB_REQUEST_TURNS` requests work at once, and when more want to, each merchant with a request
+//! waiting is served in turn. A merchant's queue of fifty stands behind
 //! its own requests, never in front of another merchant's one.
 
 use std::{
@@ -42,13 +42,15 @@ pub struct Turn {
 }
 
 impl Turns {
-    /// `wanted` turns (`DB_REQUEST_TURNS`; by default as many as allowed), but at most one fewer
-    /// than the request pool's `connections`, so that what takes no turn (a key not seen in the
-    /// last second, a checkout page, x402) finds a connection free even while every turn is
-    /// taken; a pool of one is all turns.
+    /// `wanted` turns (`DB_REQUEST_TURNS`), by default twice the cores this process sees: what a
+    /// database does at once is about twice its cores, and past that a request waits inside
+    /// PostgreSQL in arrival order instead of here in its merchant's turn (`docs/design.md`,
+    /// "How many turns"). At most one fewer than the request pool's `connections`, so that what
+    /// takes no turn (a key not seen in the last second, a checkout page, x402) finds a connection
+    /// free even while every turn is taken; a pool of one is all turns.
     pub fn for_pool(wanted: Option<usize>, connections: usize) -> Self {
-        let most = connections.saturating_sub(1);
-        Self::new(wanted.unwrap_or(most).min(most).max(1))
+        let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+        Self::new(count(wanted, connections, cores))
     }
 
     /// `at_once` turns (at least one).
@@ -167,6 +169,14 @@ pub async fn take_turn(State(gate): State<TurnGate>, request: Request, next: Nex
     }
 }
 
+/// How many turns `for_pool` makes.
+fn count(wanted: Option<usize>, connections: usize, cores: usize) -> usize {
+    wanted
+        .unwrap_or(2 * cores)
+        .min(connections.saturating_sub(1))
+        .max(1)
+}
+
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     queue
         .lock()
@@ -215,13 +225,15 @@ mod tests {
     }
 
     #[test]
-    fn turns_default_to_the_pool_less_one_and_never_exceed_it() {
-        let free = |wanted, connections| lock(&Turns::for_pool(wanted, connections).inner).free;
-        assert_eq!(free(None, 16), 15);
-        assert_eq!(free(Some(4), 16), 4);
-        assert_eq!(free(Some(40), 8), 7);
-        assert_eq!(free(Some(0), 1), 1);
-        assert_eq!(free(None, 1), 1);
+    fn turns_default_to_twice_the_cores_and_never_exceed_the_pool_less_one() {
+        assert_eq!(count(None, 16, 2), 4);
+        assert_eq!(count(None, 16, 32), 15);
+        assert_eq!(count(Some(12), 16, 2), 12);
+        assert_eq!(count(Some(40), 8, 2), 7);
+        assert_eq!(count(Some(0), 1, 2), 1);
+        assert_eq!(count(None, 1, 2), 1);
+        let free = lock(&Turns::for_pool(Some(3), 16).inner).free;
+        assert_eq!(free, 3, "for_pool makes the turns it counts");
     }
 
     #[tokio::test]

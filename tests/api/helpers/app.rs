@@ -20,8 +20,9 @@ pub fn test_settings(database_url: &str) -> Settings {
         database_url: database_url.to_owned(),
         db_max_connections: 10,
         db_background_connections: 4,
-        // The default: the pool less one.
-        db_request_turns: None,
+        // Every connection but one: tests race many requests and hold some at a lock, and the
+        // default (twice the cores) would make them wait for turns on a small machine.
+        db_request_turns: Some(9),
         // Generous: tests race many requests on a small pool on a busy machine; the shedding
         // test sets its own.
         db_wait_timeout: Duration::from_secs(5),
