@@ -42,15 +42,14 @@ pub struct Turn {
 }
 
 impl Turns {
-    /// `wanted` turns (`DB_REQUEST_TURNS`), by default twice the cores this process sees: what a
-    /// database does at once is about twice its cores, and past that a request waits inside
-    /// PostgreSQL in arrival order instead of here in its merchant's turn (`docs/design.md`,
-    /// "How many turns"). At most one fewer than the request pool's `connections`, so that what
-    /// takes no turn (a key not seen in the last second, a checkout page, x402) finds a connection
-    /// free even while every turn is taken; a pool of one is all turns.
+    /// `wanted` turns (`DB_REQUEST_TURNS`), by default twice the cores this process sees (the
+    /// database's when both share a machine): past what PostgreSQL does at once, a request queues
+    /// there in arrival order instead of here by merchant (`docs/design.md`, "How many turns").
+    /// At most `connections` less one, so that what takes no turn (key lookups, checkout, x402)
+    /// finds a connection; a pool of one is all turns.
     pub fn for_pool(wanted: Option<usize>, connections: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
-        Self::new(count(wanted, connections, cores))
+        Self::new(turn_count(wanted, connections, cores))
     }
 
     /// `at_once` turns (at least one).
@@ -170,7 +169,7 @@ pub async fn take_turn(State(gate): State<TurnGate>, request: Request, next: Nex
 }
 
 /// How many turns `for_pool` makes.
-fn count(wanted: Option<usize>, connections: usize, cores: usize) -> usize {
+fn turn_count(wanted: Option<usize>, connections: usize, cores: usize) -> usize {
     wanted
         .unwrap_or(2 * cores)
         .min(connections.saturating_sub(1))
@@ -226,12 +225,12 @@ mod tests {
 
     #[test]
     fn turns_default_to_twice_the_cores_and_never_exceed_the_pool_less_one() {
-        assert_eq!(count(None, 16, 2), 4);
-        assert_eq!(count(None, 16, 32), 15);
-        assert_eq!(count(Some(12), 16, 2), 12);
-        assert_eq!(count(Some(40), 8, 2), 7);
-        assert_eq!(count(Some(0), 1, 2), 1);
-        assert_eq!(count(None, 1, 2), 1);
+        assert_eq!(turn_count(None, 16, 2), 4);
+        assert_eq!(turn_count(None, 16, 32), 15);
+        assert_eq!(turn_count(Some(12), 16, 2), 12);
+        assert_eq!(turn_count(Some(40), 8, 2), 7);
+        assert_eq!(turn_count(Some(0), 1, 2), 1);
+        assert_eq!(turn_count(None, 1, 2), 1);
         let free = lock(&Turns::for_pool(Some(3), 16).inner).free;
         assert_eq!(free, 3, "for_pool makes the turns it counts");
     }
