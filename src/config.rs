@@ -275,6 +275,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MERCHANT_CONCURRENCY_LIMIT", default_value_t = 100)]
     pub merchant_concurrency_limit: u32,
 
+    /// How long a request refused by its merchant's limits waits before its 429 is sent, which
+    /// slows a retry loop on each of its connections; 0 answers at once.
+    #[arg(long, env = "MERCHANT_REFUSAL_PAUSE_MS", default_value_t = 100)]
+    pub merchant_refusal_pause_ms: u64,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
@@ -314,10 +319,13 @@ pub struct MerchantLimits {
     pub concurrency: u32,
     /// How often a replica says it is alive and reads the merchants' own limits.
     pub refresh_every: Duration,
+    /// How long a refused request waits before its 429 is sent.
+    pub refusal_pause: Duration,
 }
 
 impl MerchantLimits {
     pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
+    pub const REFUSAL_PAUSE: Duration = Duration::from_millis(100);
 
     /// No limit at all.
     pub fn unlimited() -> Self {
@@ -325,6 +333,7 @@ impl MerchantLimits {
             rate_per_second: 0,
             concurrency: 0,
             refresh_every: Self::REFRESH_EVERY,
+            refusal_pause: Self::REFUSAL_PAUSE,
         }
     }
 }
@@ -519,6 +528,7 @@ impl ServeArgs {
                 rate_per_second: self.merchant_rate_limit,
                 concurrency: self.merchant_concurrency_limit,
                 refresh_every: MerchantLimits::REFRESH_EVERY,
+                refusal_pause: Duration::from_millis(self.merchant_refusal_pause_ms),
             },
             bind_addr: resolve_bind_addr(&self.bind_addr)?,
             idempotency: IdempotencySettings {

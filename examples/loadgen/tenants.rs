@@ -219,7 +219,7 @@ fn admission_ns() -> f64 {
     let limiter = payments_api::tenants::Limiter::new(payments_api::config::MerchantLimits {
         rate_per_second: 1_000_000_000,
         concurrency: 1_000_000,
-        refresh_every: payments_api::config::MerchantLimits::REFRESH_EVERY,
+        ..payments_api::config::MerchantLimits::unlimited()
     });
     (0..5)
         .map(|_| {

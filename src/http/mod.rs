@@ -154,13 +154,14 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         )
 }
 
-/// `/metrics`, with the gauge only the router can read: requests in line for their turn.
+/// `/metrics`, with the gauges only the router can read: the turns, and requests in line for one.
 async fn metrics_page(
     Extension(turns): Extension<tenants::Turns>,
     pool: axum::extract::State<Pool>,
     background: Extension<crate::db::Background>,
 ) -> axum::response::Response {
     ::metrics::gauge!(tenants::turns::TURNS_WAITING).set(turns.waiting() as f64);
+    ::metrics::gauge!(tenants::turns::TURNS).set(turns.at_once() as f64);
     metrics::render(pool, background).await
 }
 

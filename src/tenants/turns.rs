@@ -1,7 +1,7 @@
 //! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most
 //! `DB_REQUEST_TURNS` requests work at once, and when more want to, each merchant with a request
-//! waiting is served in turn. A merchant's queue of fifty stands behind
-//! its own requests, never in front of another merchant's one.
+//! waiting is served in turn. A merchant's queue of fifty stands behind its own requests, never
+//! in front of another merchant's one.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -22,6 +22,7 @@ use crate::{auth::MerchantId, deadline::Deadline, error::ApiError, extract::whol
 #[derive(Clone)]
 pub struct Turns {
     inner: Arc<Mutex<Queue>>,
+    at_once: usize,
 }
 
 struct Queue {
@@ -35,6 +36,8 @@ struct Queue {
 
 /// The gauge of requests waiting for a turn, beside the pool's own `db_pool_waiting_requests`.
 pub const TURNS_WAITING: &str = "db_turns_waiting_requests";
+/// The gauge of turns there are, as `DB_REQUEST_TURNS` or its default resolved.
+pub const TURNS: &str = "db_request_turns";
 
 /// A request's turn: given to the next one when dropped.
 pub struct Turn {
@@ -49,18 +52,32 @@ impl Turns {
     /// finds a connection; a pool of one is all turns.
     pub fn for_pool(wanted: Option<usize>, connections: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
-        Self::new(turn_count(wanted, connections, cores))
+        let turns = Self::new(turn_count(wanted, connections, cores));
+        tracing::info!(
+            turns = turns.at_once,
+            cores,
+            pool = connections,
+            "/v1 requests take turns at the database (DB_REQUEST_TURNS)"
+        );
+        turns
     }
 
     /// `at_once` turns (at least one).
     pub fn new(at_once: usize) -> Self {
+        let at_once = at_once.max(1);
         Self {
             inner: Arc::new(Mutex::new(Queue {
-                free: at_once.max(1),
+                free: at_once,
                 waiting: HashMap::new(),
                 order: VecDeque::new(),
             })),
+            at_once,
         }
+    }
+
+    /// How many requests work at the database at once.
+    pub fn at_once(&self) -> usize {
+        self.at_once
     }
 
     /// A turn for `merchant`'s request, at once if one is free, else when its merchant's turn
@@ -231,8 +248,13 @@ mod tests {
         assert_eq!(turn_count(Some(40), 8, 2), 7);
         assert_eq!(turn_count(Some(0), 1, 2), 1);
         assert_eq!(turn_count(None, 1, 2), 1);
-        let free = lock(&Turns::for_pool(Some(3), 16).inner).free;
-        assert_eq!(free, 3, "for_pool makes the turns it counts");
+        let turns = Turns::for_pool(Some(3), 16);
+        let free = lock(&turns.inner).free;
+        assert_eq!(
+            (free, turns.at_once()),
+            (3, 3),
+            "for_pool makes the turns it counts"
+        );
     }
 
     #[tokio::test]

@@ -136,6 +136,10 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     ] {
         assert!(after.contains(gauge), "missing {gauge}");
     }
+    assert!(
+        after.contains("\ndb_request_turns 9\n"),
+        "the turns as configured:\n{after}"
+    );
     assert!(!after.contains(&id), "raw paths never become labels");
 
     // Every worker says when it last finished a unit: the webhook worker polls every 250 ms.

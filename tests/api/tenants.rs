@@ -20,6 +20,7 @@ fn limits(rate_per_second: u32, concurrency: u32) -> impl FnOnce(&mut Settings) 
             rate_per_second,
             concurrency,
             refresh_every: Duration::from_millis(100),
+            refusal_pause: MerchantLimits::REFUSAL_PAUSE,
         }
     }
 }
@@ -32,7 +33,8 @@ fn limits_command(app: &TestApp, args: &[&str]) -> (bool, String) {
 /// Past its rate a merchant gets 429 `rate_limited` with `Retry-After` and the IETF headers, and
 /// nothing was recorded: the refused key's retry, once the wait is over, runs as a first attempt.
 /// GCRA allows the burst plus the rate over the time elapsed, which bounds what a burst gets
-/// however slowly the machine sends it. Other merchants are not touched.
+/// however slowly the machine sends it. Each 429 comes after the refusal pause. Other merchants
+/// are not touched.
 #[tokio::test]
 async fn past_its_rate_a_merchant_gets_429_before_any_record_and_its_retry_runs_normally() {
     let app = TestApp::spawn_with(limits(5, 0)).await;
@@ -41,10 +43,15 @@ async fn past_its_rate_a_merchant_gets_429_before_any_record_and_its_retry_runs_
     let mut admitted = 0;
     let mut refused = None;
     for _ in 0..40 {
+        let sent = Instant::now();
         let answer = app.get_as(DEMO_TOKEN, "/v1/payment_intents").await;
         match answer.status {
             200 => admitted += 1,
-            429 => refused = Some(answer),
+            429 => {
+                // Paused before it is sent: a loop on one connection is slowed by each refusal.
+                assert!(sent.elapsed() >= MerchantLimits::REFUSAL_PAUSE);
+                refused = Some(answer);
+            }
             other => panic!("{other}: {}", answer.body),
         }
     }
