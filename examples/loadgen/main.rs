@@ -547,7 +547,7 @@ async fn contention(
 }
 
 /// What the clients of one workload saw.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Tally {
     latencies_us: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
@@ -821,7 +821,7 @@ fn print_report(report: &Report) {
         ] {
             println!(
                 "  {what}, offering {:.0}/s: A sent {:.0}/s {} p99 {:.2} ms, {} timeouts; \
-                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone just before: p99 {:.2} ms) {}; served {:.2} of the peak; API CPU {:.0} us per answer",
+                 B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone between: p99 {:.2} ms; rounds {:.2?}) {}; served {:.2} of the peak; API CPU {:.0} us per answer",
                 c.a_offered_per_second,
                 c.a.rps,
                 statuses(&c.a),
@@ -831,6 +831,7 @@ fn print_report(report: &Report) {
                 c.b.p99_ms,
                 c.b_p99_factor,
                 c.b_before.p99_ms,
+                c.b_p99_factor_rounds,
                 statuses(&c.b),
                 c.served_over_peak,
                 c.api_cpu_us_per_answer,
