@@ -277,7 +277,9 @@ pub struct ServeArgs {
 
     /// How long a request refused by its merchant's limits waits before its 429 is sent, which
     /// slows a retry loop on each of its connections; 0 answers at once.
-    #[arg(long, env = "MERCHANT_REFUSAL_PAUSE_MS", default_value_t = 100)]
+    /// Below 1000, the shortest `Retry-After`.
+    #[arg(long, env = "MERCHANT_REFUSAL_PAUSE_MS",
+          default_value_t = MerchantLimits::REFUSAL_PAUSE.as_millis() as u64)]
     pub merchant_refusal_pause_ms: u64,
 
     /// Log line format.
@@ -515,6 +517,11 @@ impl ServeArgs {
         if self.idempotency_key_ttl_seconds <= self.idempotency_lease_seconds {
             bail!("IDEMPOTENCY_KEY_TTL_SECONDS must be longer than IDEMPOTENCY_LEASE_SECONDS");
         }
+        if self.merchant_refusal_pause_ms >= 1000 {
+            bail!(
+                "MERCHANT_REFUSAL_PAUSE_MS must be below 1000: a refusal tells the client to wait a second"
+            );
+        }
         if self.sweep_interval_seconds == 0 || self.request_timeout_seconds == 0 {
             bail!("SWEEP_INTERVAL_SECONDS and REQUEST_TIMEOUT_SECONDS must be at least 1");
         }
@@ -606,6 +613,28 @@ pub fn parse_bootstrap_api_keys(spec: &str) -> anyhow::Result<Vec<(String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_pause_of_a_second_or_more_is_refused_at_start() {
+        let settings = |pause: &str| {
+            let cli = Cli::try_parse_from([
+                "payments-api",
+                "serve",
+                "--database-url",
+                "postgres://localhost/payments",
+                "--merchant-refusal-pause-ms",
+                pause,
+            ])
+            .expect("the arguments parse");
+            let Some(Command::Serve(args)) = cli.command else {
+                panic!("serve")
+            };
+            args.settings().map(|s| s.merchant_limits.refusal_pause)
+        };
+        assert_eq!(settings("999").unwrap(), Duration::from_millis(999));
+        let refused = settings("1000").unwrap_err().to_string();
+        assert!(refused.contains("MERCHANT_REFUSAL_PAUSE_MS"), "{refused}");
+    }
 
     #[test]
     fn bind_addresses_may_name_a_host() {

@@ -203,11 +203,11 @@ async fn contest(
         .map(|(alone, with_a)| with_a.workload.p99_ms / alone.workload.p99_ms)
         .collect();
     let a_timeouts = a_rounds.iter().map(|a| a.slow).sum();
-    let elapsed = duration * CONTEST_ROUNDS as u32;
+    let seconds_with_a: f64 = a_rounds.iter().map(|a| a.elapsed.as_secs_f64()).sum();
     let (b_before, a, b) = (
-        pooled(alone, &format!("tenants_b_before_{label}"), elapsed),
-        pooled(a_rounds, &format!("tenants_a_{label}"), elapsed),
-        pooled(with_a, &format!("tenants_b_with_a_{label}"), elapsed),
+        pooled(alone, &format!("tenants_b_before_{label}")),
+        pooled(a_rounds, &format!("tenants_a_{label}")),
+        pooled(with_a, &format!("tenants_b_with_a_{label}")),
     );
     let created = |w: &Workload| w.statuses.get(&201).copied().unwrap_or(0) as f64;
     Contest {
@@ -215,7 +215,7 @@ async fn contest(
         b_p99_factor: b.p99_ms / b_before.p99_ms,
         b_p99_factor_rounds,
         b_before,
-        served_over_peak: (created(&a) + created(&b)) / elapsed.as_secs_f64() / peak,
+        served_over_peak: (created(&a) + created(&b)) / seconds_with_a / peak,
         a_timeouts,
         api_cpu_us_per_answer: cpu * 1e6 / (a.requests + b.requests).max(1) as f64,
         a,
@@ -223,8 +223,9 @@ async fn contest(
     }
 }
 
-/// One workload of every round's answers.
-fn pooled(rounds: Vec<Measured>, name: &str, elapsed: Duration) -> Workload {
+/// One workload of every round's answers, over the rounds' time.
+fn pooled(rounds: Vec<Measured>, name: &str) -> Workload {
+    let elapsed = rounds.iter().map(|m| m.elapsed).sum();
     let clients = rounds.first().map_or(0, |m| m.workload.clients);
     let peak_rss_kib = rounds
         .iter()
@@ -317,8 +318,9 @@ struct Measured {
     rps: f64,
     /// Requests that failed without an answer or took longer than 5 s.
     slow: u64,
-    /// What the workload was made of, for pooling rounds.
+    /// What the workload was made of, and how long it took, for pooling rounds.
     tally: Tally,
+    elapsed: Duration,
 }
 
 /// The API process the clients send to.
@@ -441,18 +443,17 @@ async fn paced(
     tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
     let tally = Tally::gather(tasks).await;
-    let workload = tally.clone().summarize(
-        "paced",
-        connections,
-        started.elapsed(),
-        sampler.stop().await,
-    );
+    let elapsed = started.elapsed();
+    let workload = tally
+        .clone()
+        .summarize("paced", connections, elapsed, sampler.stop().await);
     let created = workload.statuses.get(&201).copied().unwrap_or(0);
     Measured {
-        rps: created as f64 / started.elapsed().as_secs_f64(),
+        rps: created as f64 / elapsed.as_secs_f64(),
         workload,
         slow: slow.load(Ordering::Relaxed),
         tally,
+        elapsed,
     }
 }
 

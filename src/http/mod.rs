@@ -161,7 +161,7 @@ async fn metrics_page(
     background: Extension<crate::db::Background>,
 ) -> axum::response::Response {
     ::metrics::gauge!(tenants::turns::TURNS_WAITING).set(turns.waiting() as f64);
-    ::metrics::gauge!(tenants::turns::TURNS).set(turns.at_once() as f64);
+    ::metrics::gauge!(tenants::turns::TURN_COUNT).set(turns.count() as f64);
     metrics::render(pool, background).await
 }
 

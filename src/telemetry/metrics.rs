@@ -15,6 +15,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::{
     db::{Background, DB_POOL_WAIT, Pool},
     idempotency::IdempotencyOutcome,
+    tenants::RefusedByLimits,
 };
 
 pub const HTTP_REQUESTS: &str = "http_requests_total";
@@ -62,7 +63,8 @@ pub fn handle() -> &'static PrometheusHandle {
 }
 
 /// Counts every request by method, matched route and status, times it, and counts the
-/// idempotency layer's outcome.
+/// idempotency layer's outcome. A refusal of the merchant's limits is counted, not timed: its
+/// time is the refusal pause, and a runaway loop's would fill the route's histogram.
 pub async fn track(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();
@@ -72,8 +74,10 @@ pub async fn track(request: Request, next: Next) -> Response {
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    metrics::histogram!(HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
-        .record(started.elapsed().as_secs_f64());
+    if response.extensions().get::<RefusedByLimits>().is_none() {
+        metrics::histogram!(HTTP_DURATION, "method" => method.clone(), "route" => route.clone())
+            .record(started.elapsed().as_secs_f64());
+    }
     metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
         .increment(1);
     if let Some(outcome) = response.extensions().get::<IdempotencyOutcome>() {

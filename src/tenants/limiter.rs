@@ -260,11 +260,8 @@ fn whole_seconds(wait: Duration) -> u64 {
 /// Runs after authentication, before the idempotency layer: a refused request is answered
 /// `429 rate_limited` with `Retry-After` before any record is written, so a retry with the same
 /// key later runs as the first attempt would have.
-///
-/// The 429 is sent after `MERCHANT_REFUSAL_PAUSE_MS`: a retry loop sends its next request on a
-/// connection only once the last one is answered, so the pause caps what each of its connections
-/// can make us refuse, while a client that honours `Retry-After` (at least a second) loses a tenth
-/// of its wait (`docs/design.md`, "Refusals take their time").
+/// The 429 is sent after `MERCHANT_REFUSAL_PAUSE_MS`, which caps what each connection of a retry
+/// loop can make us refuse (`docs/design.md`, "Refusals take their time").
 pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {
     let Some(merchant) = request.extensions().get::<MerchantId>().cloned() else {
         return next.run(request).await;
@@ -285,7 +282,7 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
                     SUMMARY_EVERY.as_secs()
                 );
             }
-            // Holds no slot, turn or connection: only this socket and a timer.
+            // Holds no slot, turn or pool connection: only the client's socket and a timer.
             tokio::time::sleep(limiter.0.refusal_pause).await;
             let mut response = ApiError::RateLimited {
                 retry_after_seconds: whole_seconds(refusal.retry_after),

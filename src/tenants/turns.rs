@@ -22,7 +22,7 @@ use crate::{auth::MerchantId, deadline::Deadline, error::ApiError, extract::whol
 #[derive(Clone)]
 pub struct Turns {
     inner: Arc<Mutex<Queue>>,
-    at_once: usize,
+    count: usize,
 }
 
 struct Queue {
@@ -37,7 +37,7 @@ struct Queue {
 /// The gauge of requests waiting for a turn, beside the pool's own `db_pool_waiting_requests`.
 pub const TURNS_WAITING: &str = "db_turns_waiting_requests";
 /// The gauge of turns there are, as `DB_REQUEST_TURNS` or its default resolved.
-pub const TURNS: &str = "db_request_turns";
+pub const TURN_COUNT: &str = "db_request_turns";
 
 /// A request's turn: given to the next one when dropped.
 pub struct Turn {
@@ -54,7 +54,7 @@ impl Turns {
         let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
         let turns = Self::new(turn_count(wanted, connections, cores));
         tracing::info!(
-            turns = turns.at_once,
+            turns = turns.count,
             cores,
             pool = connections,
             "/v1 requests take turns at the database (DB_REQUEST_TURNS)"
@@ -64,20 +64,20 @@ impl Turns {
 
     /// `at_once` turns (at least one).
     pub fn new(at_once: usize) -> Self {
-        let at_once = at_once.max(1);
+        let count = at_once.max(1);
         Self {
             inner: Arc::new(Mutex::new(Queue {
-                free: at_once,
+                free: count,
                 waiting: HashMap::new(),
                 order: VecDeque::new(),
             })),
-            at_once,
+            count,
         }
     }
 
-    /// How many requests work at the database at once.
-    pub fn at_once(&self) -> usize {
-        self.at_once
+    /// How many turns there are: requests working at the database at once.
+    pub fn count(&self) -> usize {
+        self.count
     }
 
     /// A turn for `merchant`'s request, at once if one is free, else when its merchant's turn
@@ -251,7 +251,7 @@ mod tests {
         let turns = Turns::for_pool(Some(3), 16);
         let free = lock(&turns.inner).free;
         assert_eq!(
-            (free, turns.at_once()),
+            (free, turns.count()),
             (3, 3),
             "for_pool makes the turns it counts"
         );

@@ -136,9 +136,11 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
     ] {
         assert!(after.contains(gauge), "missing {gauge}");
     }
+    // Its value is the last app's to render it (the tests share one recorder); `turn_count`'s
+    // unit test checks what it says.
     assert!(
-        after.contains("\ndb_request_turns 9\n"),
-        "the turns as configured:\n{after}"
+        after.contains("\ndb_request_turns "),
+        "missing db_request_turns"
     );
     assert!(!after.contains(&id), "raw paths never become labels");
 

@@ -123,7 +123,7 @@ async fn until_refused(app: &TestApp, path: &str) -> Answer {
     panic!("100 requests at 5/s were never refused");
 }
 
-/// A merchant at its concurrency limit gets 429 for the next request at once, whatever its rate;
+/// A merchant at its concurrency limit gets 429 for its next request, whatever its rate;
 /// the slot comes back when the request holding it ends. Another merchant is not touched.
 #[tokio::test]
 async fn a_merchant_at_its_concurrency_limit_is_refused_until_a_request_ends() {
