@@ -66,9 +66,9 @@ pub struct NoisyNeighbourReport {
     pub b_alone_after: Workload,
 }
 
-/// Rounds of each contest, B alone then B with A, in turn. One phase's p99 is B's ninth slowest
-/// answer, which one hiccup of the machine (a checkpoint, the generator descheduled) moves by
-/// more than A does; pooled over rounds that alternate, it is steadier and drifts cancel.
+/// Rounds of each contest, B alone then B with A, in turn. One phase's p99 is one of B's ten
+/// slowest answers, which one hiccup of the machine (a checkpoint, the generator descheduled)
+/// moves by more than A does; pooled over rounds that alternate, it is steadier and drifts cancel.
 const CONTEST_ROUNDS: usize = 3;
 
 #[derive(Debug, Serialize)]

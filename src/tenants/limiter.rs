@@ -260,6 +260,7 @@ fn whole_seconds(wait: Duration) -> u64 {
 /// Runs after authentication, before the idempotency layer: a refused request is answered
 /// `429 rate_limited` with `Retry-After` before any record is written, so a retry with the same
 /// key later runs as the first attempt would have.
+///
 /// The 429 is sent after `MERCHANT_REFUSAL_PAUSE_MS`, which caps what each connection of a retry
 /// loop can make us refuse (`docs/design.md`, "Refusals take their time").
 pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {

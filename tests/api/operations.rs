@@ -137,7 +137,7 @@ async fn metrics_count_requests_by_matched_route_and_idempotency_outcome() {
         assert!(after.contains(gauge), "missing {gauge}");
     }
     // Its value is the last app's to render it (the tests share one recorder); `turn_count`'s
-    // unit test checks what it says.
+    // unit test checks the count it shows.
     assert!(
         after.contains("\ndb_request_turns "),
         "missing db_request_turns"
