@@ -276,8 +276,8 @@ pub struct ServeArgs {
     pub merchant_concurrency_limit: u32,
 
     /// How long a request refused by its merchant's limits waits before its 429 is sent, which
-    /// slows a retry loop on each of its connections; 0 answers at once.
-    /// Below 1000, the shortest `Retry-After`.
+    /// slows a retry loop on each of its connections; below 1000 (the shortest `Retry-After`), 0
+    /// answers at once.
     #[arg(long, env = "MERCHANT_REFUSAL_PAUSE_MS",
           default_value_t = MerchantLimits::REFUSAL_PAUSE.as_millis() as u64)]
     pub merchant_refusal_pause_ms: u64,

@@ -115,3 +115,45 @@ pub async fn render(
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::{Router, http::Request as HttpRequest, middleware::from_fn, routing::get};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// A refusal of the merchant's limits is counted by status, and never timed.
+    #[tokio::test]
+    async fn refusals_of_the_limits_are_counted_and_not_timed() {
+        let refused = || async {
+            let mut response = StatusCode::TOO_MANY_REQUESTS.into_response();
+            response.extensions_mut().insert(RefusedByLimits);
+            response
+        };
+        let app = Router::new()
+            .route("/refused-by-limits", get(refused))
+            .route("/answered", get(|| async { StatusCode::OK }))
+            .layer(from_fn(track));
+        let handle = handle();
+        for path in ["/refused-by-limits", "/answered"] {
+            let request = HttpRequest::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            app.clone().oneshot(request).await.unwrap();
+        }
+
+        let page = handle.render();
+        assert!(page.contains(
+            r#"http_requests_total{method="GET",route="/refused-by-limits",status="429"} 1"#
+        ));
+        assert!(!page.contains(
+            r#"http_request_duration_seconds_count{method="GET",route="/refused-by-limits"}"#
+        ));
+        assert!(
+            page.contains(
+                r#"http_request_duration_seconds_count{method="GET",route="/answered"} 1"#
+            )
+        );
+    }
+}
