@@ -275,9 +275,9 @@ pub struct ServeArgs {
     #[arg(long, env = "MERCHANT_CONCURRENCY_LIMIT", default_value_t = 100)]
     pub merchant_concurrency_limit: u32,
 
-    /// How long a request refused by its merchant's limits waits before its 429 is sent, which
-    /// slows a retry loop on each of its connections; below 1000 (the shortest `Retry-After`), 0
-    /// answers at once.
+    /// The longest a request refused by its merchant's limits waits before its 429 is sent (each
+    /// waits between half of it and all of it), which slows a retry loop on each of its
+    /// connections; below 1000 (the shortest `Retry-After`), 0 answers at once.
     #[arg(long, env = "MERCHANT_REFUSAL_PAUSE_MS",
           default_value_t = MerchantLimits::REFUSAL_PAUSE.as_millis() as u64)]
     pub merchant_refusal_pause_ms: u64,

@@ -24,6 +24,7 @@ use governor::{
     middleware::StateInformationMiddleware,
     state::{InMemoryState, NotKeyed},
 };
+use rand::Rng as _;
 
 use super::{Allowance, Policy, RATE_LIMITED};
 use crate::{auth::MerchantId, config::MerchantLimits, error::ApiError};
@@ -284,7 +285,7 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
                 );
             }
             // Holds no slot, turn or pool connection: only the client's socket and a timer.
-            tokio::time::sleep(limiter.0.refusal_pause).await;
+            tokio::time::sleep(refusal_pause(limiter.0.refusal_pause)).await;
             let mut response = ApiError::RateLimited {
                 retry_after_seconds: whole_seconds(refusal.retry_after),
                 reason: match refusal.reason {
@@ -298,6 +299,16 @@ pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next)
             response
         }
     }
+}
+
+/// A time between half of `pause` and all of it: a loop's connections, refused at once, are
+/// answered spread over the pause instead of all together, and so send their next requests spread
+/// out too rather than in one burst each pause (`docs/design.md`, "Refusals take their time").
+fn refusal_pause(pause: Duration) -> Duration {
+    if pause.is_zero() {
+        return pause;
+    }
+    rand::rng().random_range(pause / 2..=pause)
 }
 
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -372,6 +383,17 @@ impl RateLimitHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusal_pauses_spread_between_half_the_pause_and_all_of_it() {
+        let pause = Duration::from_millis(100);
+        let pauses: Vec<_> = (0..1000).map(|_| refusal_pause(pause)).collect();
+        assert!(pauses.iter().all(|p| (pause / 2..=pause).contains(p)));
+        // Spread, not one value: the chance that none of a thousand falls in a fifth is 0.8^1000.
+        assert!(pauses.iter().any(|p| *p < pause * 6 / 10));
+        assert!(pauses.iter().any(|p| *p > pause * 9 / 10));
+        assert_eq!(refusal_pause(Duration::ZERO), Duration::ZERO);
+    }
 
     fn limiter(rate: u32, concurrency: u32) -> Limiter {
         Limiter::new(MerchantLimits {

@@ -33,7 +33,7 @@ fn limits_command(app: &TestApp, args: &[&str]) -> (bool, String) {
 /// Past its rate a merchant gets 429 `rate_limited` with `Retry-After` and the IETF headers, and
 /// nothing was recorded: the refused key's retry, once the wait is over, runs as a first attempt.
 /// GCRA allows the burst plus the rate over the time elapsed, which bounds what a burst gets
-/// however slowly the machine sends it. Each 429 comes after the refusal pause. Other merchants
+/// however slowly the machine sends it. Each 429 comes after at least half the refusal pause. Other merchants
 /// are not touched.
 #[tokio::test]
 async fn past_its_rate_a_merchant_gets_429_before_any_record_and_its_retry_runs_normally() {
@@ -48,8 +48,9 @@ async fn past_its_rate_a_merchant_gets_429_before_any_record_and_its_retry_runs_
         match answer.status {
             200 => admitted += 1,
             429 => {
-                // Paused before it is sent: a loop on one connection is slowed by each refusal.
-                assert!(sent.elapsed() >= MerchantLimits::REFUSAL_PAUSE);
+                // Paused before it is sent (at least half the pause, spread at random): a loop
+                // on one connection is slowed by each refusal.
+                assert!(sent.elapsed() >= MerchantLimits::REFUSAL_PAUSE / 2);
                 refused = Some(answer);
             }
             other => panic!("{other}: {}", answer.body),
