@@ -321,7 +321,8 @@ pub struct MerchantLimits {
     pub concurrency: u32,
     /// How often a replica says it is alive and reads the merchants' own limits.
     pub refresh_every: Duration,
-    /// How long a refused request waits before its 429 is sent.
+    /// The longest a refused request waits before its 429 is sent (each waits between half of
+    /// it and all of it).
     pub refusal_pause: Duration,
 }
 

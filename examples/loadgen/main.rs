@@ -811,14 +811,20 @@ fn print_report(report: &Report) {
             n.b_alone.p99_ms,
             statuses(&n.b_alone),
         );
-        for (what, c) in [
-            ("A at the default limit", &n.with_a_limited),
-            ("A allowed the peak", &n.with_a_at_peak),
-            (
-                "A allowed the peak, 12 at once",
-                &n.with_a_at_peak_fewer_at_once,
-            ),
-        ] {
+        let below_peak = n
+            .with_a_below_peak
+            .iter()
+            .map(|c| (format!("A allowed {} of the peak", c.share), &c.contest));
+        let contests = std::iter::once(("A at the default limit".to_owned(), &n.with_a_limited))
+            .chain(below_peak)
+            .chain([
+                ("A allowed the peak".to_owned(), &n.with_a_at_peak),
+                (
+                    "A allowed the peak, 12 at once".to_owned(),
+                    &n.with_a_at_peak_fewer_at_once,
+                ),
+            ]);
+        for (what, c) in contests {
             println!(
                 "  {what}, offering {:.0}/s: A sent {:.0}/s {} p99 {:.2} ms, {} timeouts; \
                  B p50 {:.2} ms, p99 {:.2} ms ({:.2} x alone between: p99 {:.2} ms; rounds {:.2?}) {}; served {:.2} of the peak; API CPU {:.0} us per answer",

@@ -29,6 +29,9 @@ const B: &str = "merchant_other";
 /// A's clients: enough connections that A alone can offer ten times the API's rate.
 const A_CONNECTIONS: usize = 64;
 const B_CONNECTIONS: usize = 4;
+/// The shares of the peak A is allowed in the contests below the peak: where the two
+/// targets (B's p99 within 2× of its own, the API within a tenth of its peak) meet, if they do.
+const A_SHARES_BELOW_PEAK: [f64; 2] = [0.7, 0.8];
 /// A's concurrency in the last contest: below `DB_MAX_CONNECTIONS` (16).
 const A_CONCURRENCY_BELOW_POOL: u32 = 12;
 
@@ -56,6 +59,10 @@ pub struct NoisyNeighbourReport {
     pub b_alone: Workload,
     /// A offering ten times the peak at the default limits, B as before.
     pub with_a_limited: Contest,
+    /// A allowed a share of the peak rate (its bucket's one-second burst on top), still
+    /// offering ten times the peak: how much of the peak the API can serve with B's latency
+    /// kept, the room left being B's.
+    pub with_a_below_peak: Vec<ContestAtShare>,
     /// A allowed the whole peak rate (its own limit), B as before: whether B keeps its
     /// latency while A takes everything else, and whether the API still serves its peak.
     pub with_a_at_peak: Contest,
@@ -70,6 +77,13 @@ pub struct NoisyNeighbourReport {
 /// slowest answers, which one hiccup of the machine (a checkpoint, the generator descheduled)
 /// moves by more than A does; pooled over rounds that alternate, it is steadier and drifts cancel.
 const CONTEST_ROUNDS: usize = 3;
+
+#[derive(Debug, Serialize)]
+pub struct ContestAtShare {
+    /// A's rate limit over the peak.
+    pub share: f64,
+    pub contest: Contest,
+}
 
 #[derive(Debug, Serialize)]
 pub struct Contest {
@@ -153,6 +167,13 @@ pub async fn run(
 
     set(A, 100, 100).await?;
     let with_a_limited = contest(&server, peak, b_rate, duration, "limited").await;
+    let mut with_a_below_peak = Vec::new();
+    for share in A_SHARES_BELOW_PEAK {
+        set(A, (peak * share).ceil() as u32, 100).await?;
+        let label = format!("at_{:.0}_percent", share * 100.0);
+        let contest = contest(&server, peak, b_rate, duration, &label).await;
+        with_a_below_peak.push(ContestAtShare { share, contest });
+    }
     set(A, peak.ceil() as u32, 100).await?;
     let with_a_at_peak = contest(&server, peak, b_rate, duration, "at_peak").await;
     set(A, peak.ceil() as u32, A_CONCURRENCY_BELOW_POOL).await?;
@@ -170,6 +191,7 @@ pub async fn run(
         limiter_admission_share_of_create: limiter_admission_ns / create_cpu_ns,
         b_alone,
         with_a_limited,
+        with_a_below_peak,
         with_a_at_peak,
         with_a_at_peak_fewer_at_once,
         b_alone_after,

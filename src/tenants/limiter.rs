@@ -103,7 +103,8 @@ struct Limits {
     /// would have anyway.
     merchants: moka::sync::Cache<String, Arc<MerchantState>>,
     clock: DefaultClock,
-    /// How long a refused request waits before its 429 is sent (`limit`).
+    /// The longest a refused request waits before its 429 is sent; each waits between half of
+    /// it and all of it (`limit`).
     refusal_pause: Duration,
 }
 
@@ -262,8 +263,9 @@ fn whole_seconds(wait: Duration) -> u64 {
 /// `429 rate_limited` with `Retry-After` before any record is written, so a retry with the same
 /// key later runs as the first attempt would have.
 ///
-/// The 429 is sent after `MERCHANT_REFUSAL_PAUSE_MS`, which caps what each connection of a retry
-/// loop can make us refuse (`docs/design.md`, "Refusals take their time").
+/// The 429 is sent after a random time between half of `MERCHANT_REFUSAL_PAUSE_MS` and all of it,
+/// which caps what each connection of a retry loop can make us refuse (`docs/design.md`,
+/// "Refusals take their time").
 pub async fn limit(State(limiter): State<Limiter>, request: Request, next: Next) -> Response {
     let Some(merchant) = request.extensions().get::<MerchantId>().cloned() else {
         return next.run(request).await;

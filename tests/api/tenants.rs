@@ -33,8 +33,8 @@ fn limits_command(app: &TestApp, args: &[&str]) -> (bool, String) {
 /// Past its rate a merchant gets 429 `rate_limited` with `Retry-After` and the IETF headers, and
 /// nothing was recorded: the refused key's retry, once the wait is over, runs as a first attempt.
 /// GCRA allows the burst plus the rate over the time elapsed, which bounds what a burst gets
-/// however slowly the machine sends it. Each 429 comes after at least half the refusal pause. Other merchants
-/// are not touched.
+/// however slowly the machine sends it. Each 429 comes after at least half the refusal pause.
+/// Other merchants are not touched.
 #[tokio::test]
 async fn past_its_rate_a_merchant_gets_429_before_any_record_and_its_retry_runs_normally() {
     let app = TestApp::spawn_with(limits(5, 0)).await;
