@@ -29,7 +29,7 @@ const B: &str = "merchant_other";
 /// A's clients: enough connections that A alone can offer ten times the API's rate.
 const A_CONNECTIONS: usize = 64;
 const B_CONNECTIONS: usize = 4;
-/// The shares of the peak A is allowed in the contests below the peak: where the two
+/// The shares of the peak A is allowed in the contests below the peak: where the workload's two
 /// targets (B's p99 within 2× of its own, the API within a tenth of its peak) meet, if they do.
 const A_SHARES_BELOW_PEAK: [f64; 2] = [0.7, 0.8];
 /// A's concurrency in the last contest: below `DB_MAX_CONNECTIONS` (16).

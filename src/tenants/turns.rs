@@ -1,7 +1,7 @@
 //! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most
-//! `DB_REQUEST_TURNS` requests work at once, and when more want to, each merchant with a request
-//! waiting is served in turn. A merchant's queue of fifty stands behind its own requests, never
-//! in front of another merchant's one.
+//! `DB_REQUEST_TURNS` requests work at once, and when more want to, a free turn goes to the
+//! waiting merchant that holds the fewest. A merchant's queue of fifty stands behind its own
+//! requests, never in front of another merchant's one.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -28,10 +28,56 @@ pub struct Turns {
 struct Queue {
     /// Turns no request holds.
     free: usize,
+    /// The turns each merchant holds (merchants holding none are left out).
+    held: HashMap<String, usize>,
     /// Each merchant's waiting requests, first come first served within the merchant.
     waiting: HashMap<String, VecDeque<oneshot::Sender<Turn>>>,
-    /// The merchants with a request waiting, in the order they are served.
+    /// The merchants with a request waiting, the longest waiting first.
     order: VecDeque<String>,
+}
+
+impl Queue {
+    /// Counts a turn as `merchant`'s and makes it.
+    fn hand(&mut self, merchant: &str, turns: &Arc<Mutex<Queue>>) -> Turn {
+        *self.held.entry(merchant.to_owned()).or_default() += 1;
+        Turn {
+            turns: Some(turns.clone()),
+            merchant: merchant.to_owned(),
+        }
+    }
+
+    fn release(&mut self, merchant: &str) {
+        if let Some(held) = self.held.get_mut(merchant) {
+            *held -= 1;
+            if *held == 0 {
+                self.held.remove(merchant);
+            }
+        }
+    }
+
+    /// The waiting merchant to serve next: the one holding the fewest turns, so that a merchant
+    /// with one request waiting goes before another merchant's queue; among equals the one that
+    /// has waited longest. It goes to the back of the line if it has more requests waiting.
+    fn next_waiter(&mut self) -> Option<(String, oneshot::Sender<Turn>)> {
+        let held = |merchant: &String| self.held.get(merchant).copied().unwrap_or(0);
+        let (at, _) = self
+            .order
+            .iter()
+            .enumerate()
+            .min_by_key(|&(at, merchant)| (held(merchant), at))?;
+        let merchant = self.order.remove(at).expect("found in the order");
+        let mine = self
+            .waiting
+            .get_mut(&merchant)
+            .expect("ordered merchants wait");
+        let sender = mine.pop_front().expect("a waiting merchant has a request");
+        if mine.is_empty() {
+            self.waiting.remove(&merchant);
+        } else {
+            self.order.push_back(merchant.clone());
+        }
+        Some((merchant, sender))
+    }
 }
 
 /// The gauge of requests waiting for a turn, beside the pool's own `db_pool_waiting_requests`.
@@ -42,6 +88,7 @@ pub const TURN_COUNT: &str = "db_request_turns";
 /// A request's turn: given to the next one when dropped.
 pub struct Turn {
     turns: Option<Arc<Mutex<Queue>>>,
+    merchant: String,
 }
 
 impl Turns {
@@ -68,6 +115,7 @@ impl Turns {
         Self {
             inner: Arc::new(Mutex::new(Queue {
                 free: count,
+                held: HashMap::new(),
                 waiting: HashMap::new(),
                 order: VecDeque::new(),
             })),
@@ -87,7 +135,7 @@ impl Turns {
             let mut queue = lock(&self.inner);
             if queue.free > 0 {
                 queue.free -= 1;
-                return Some(self.turn());
+                return Some(queue.hand(merchant, &self.inner));
             }
             let (sender, receiver) = oneshot::channel();
             match queue.waiting.get_mut(merchant) {
@@ -110,12 +158,6 @@ impl Turns {
     pub fn waiting(&self) -> usize {
         lock(&self.inner).waiting.values().map(VecDeque::len).sum()
     }
-
-    fn turn(&self) -> Turn {
-        Turn {
-            turns: Some(self.inner.clone()),
-        }
-    }
 }
 
 impl Drop for Turn {
@@ -123,36 +165,21 @@ impl Drop for Turn {
         let Some(inner) = self.turns.take() else {
             return;
         };
-        // The next merchant in order gets its oldest request served, and goes to the back of
-        // the line if it has more; a waiter that gave up meanwhile is passed over.
-        loop {
-            let next = {
-                let mut queue = lock(&inner);
-                let Some(merchant) = queue.order.pop_front() else {
-                    queue.free += 1;
-                    return;
-                };
-                let mine = queue
-                    .waiting
-                    .get_mut(&merchant)
-                    .expect("ordered merchants wait");
-                let sender = mine.pop_front().expect("a waiting merchant has a request");
-                if mine.is_empty() {
-                    queue.waiting.remove(&merchant);
-                } else {
-                    queue.order.push_back(merchant);
-                }
-                sender
-            };
-            let turn = Turn {
-                turns: Some(inner.clone()),
-            };
-            match next.send(turn) {
+        let mut queue = lock(&inner);
+        queue.release(&self.merchant);
+        // The next waiter gets the turn; one that gave up meanwhile is passed over.
+        while let Some((merchant, sender)) = queue.next_waiter() {
+            let turn = queue.hand(&merchant, &inner);
+            match sender.send(turn) {
                 Ok(()) => return,
-                // Its request stopped waiting: this turn is not given back twice.
-                Err(mut unclaimed) => unclaimed.turns = None,
+                // Its request stopped waiting: the turn is not given back twice.
+                Err(mut unclaimed) => {
+                    unclaimed.turns = None;
+                    queue.release(&merchant);
+                }
             }
         }
+        queue.free += 1;
     }
 }
 
@@ -240,6 +267,37 @@ mod tests {
         assert_eq!(lock(&turns.inner).free, 1);
     }
 
+    #[tokio::test]
+    async fn a_free_turn_goes_to_the_waiting_merchant_that_holds_the_fewest() {
+        let turns = Turns::new(2);
+        let a_first = turns.take("a", LONG).await.expect("one is free");
+        let a_second = turns.take("a", LONG).await.expect("two are free");
+        let a_waiting = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take("a", LONG).await })
+        };
+        while turns.waiting() < 1 {
+            tokio::task::yield_now().await;
+        }
+        let b = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take("b", LONG).await })
+        };
+        while turns.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // a waited longer, but holds a turn still; b holds none.
+        drop(a_first);
+        let b_turn = b.await.unwrap().expect("b is served first");
+        assert!(!a_waiting.is_finished(), "a's waiter went before b");
+        assert_eq!(lock(&turns.inner).held.get("b"), Some(&1));
+        drop(a_second);
+        let a_turn = a_waiting.await.unwrap().expect("a is served next");
+        drop((a_turn, b_turn));
+        let queue = lock(&turns.inner);
+        assert_eq!((queue.free, queue.held.len()), (2, 0), "every turn is back");
+    }
+
     #[test]
     fn turns_default_to_twice_the_cores_and_never_exceed_the_pool_less_one() {
         assert_eq!(turn_count(None, 16, 2), 4);
@@ -264,6 +322,6 @@ mod tests {
         assert!(turns.take("b", Duration::from_millis(10)).await.is_none());
         drop(held);
         let queue = lock(&turns.inner);
-        assert_eq!((queue.free, queue.order.len()), (1, 0));
+        assert_eq!((queue.free, queue.order.len(), queue.held.len()), (1, 0, 0));
     }
 }
