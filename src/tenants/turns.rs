@@ -32,14 +32,21 @@ struct Queue {
     held: HashMap<String, usize>,
     /// Each merchant's waiting requests, first come first served within the merchant.
     waiting: HashMap<String, VecDeque<oneshot::Sender<Turn>>>,
-    /// The merchants with a request waiting, the longest waiting first.
+    /// The merchants with a request waiting, the one that came or was last served longest ago
+    /// first.
     order: VecDeque<String>,
 }
 
 impl Queue {
-    /// Counts a turn as `merchant`'s and makes it.
+    /// Counts a turn as `merchant`'s and makes it. Every `/v1` request takes one: a merchant
+    /// already holding turns is counted without a new key.
     fn hand(&mut self, merchant: &str, turns: &Arc<Mutex<Queue>>) -> Turn {
-        *self.held.entry(merchant.to_owned()).or_default() += 1;
+        match self.held.get_mut(merchant) {
+            Some(held) => *held += 1,
+            None => {
+                self.held.insert(merchant.to_owned(), 1);
+            }
+        }
         Turn {
             turns: Some(turns.clone()),
             merchant: merchant.to_owned(),
@@ -57,7 +64,8 @@ impl Queue {
 
     /// The waiting merchant to serve next: the one holding the fewest turns, so that a merchant
     /// with one request waiting goes before another merchant's queue; among equals the one that
-    /// has waited longest. It goes to the back of the line if it has more requests waiting.
+    /// has waited longest. It goes to the back of the line if it has more requests waiting. The
+    /// scan is over the merchants waiting, not their requests.
     fn next_waiter(&mut self) -> Option<(String, oneshot::Sender<Turn>)> {
         let held = |merchant: &String| self.held.get(merchant).copied().unwrap_or(0);
         let (at, _) = self
@@ -290,7 +298,15 @@ mod tests {
         drop(a_first);
         let b_turn = b.await.unwrap().expect("b is served first");
         assert!(!a_waiting.is_finished(), "a's waiter went before b");
-        assert_eq!(lock(&turns.inner).held.get("b"), Some(&1));
+        {
+            let queue = lock(&turns.inner);
+            let held = |merchant: &str| queue.held.get(merchant).copied();
+            assert_eq!(
+                (held("a"), held("b")),
+                (Some(1), Some(1)),
+                "a's waiter still waits"
+            );
+        }
         drop(a_second);
         let a_turn = a_waiting.await.unwrap().expect("a is served next");
         drop((a_turn, b_turn));
