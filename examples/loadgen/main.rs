@@ -823,6 +823,10 @@ fn print_report(report: &Report) {
                     "A allowed the peak, 12 at once".to_owned(),
                     &n.with_a_at_peak_fewer_at_once,
                 ),
+                (
+                    "A unlimited, sending only its share".to_owned(),
+                    &n.with_a_sending_its_share_unrefused,
+                ),
             ]);
         for (what, c) in contests {
             println!(

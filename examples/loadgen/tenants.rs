@@ -1,7 +1,8 @@
 //! The noisy-neighbour workload (`docs/design.md`, "Per-merchant limits"): merchant A sends ten
 //! times what the API can serve while merchant B sends a steady 5% of it. Measured: B's latency
 //! and statuses with and without A, what A gets (429s, never timeouts), what the API still serves,
-//! and what the limiter itself costs a fresh create.
+//! what the limiter itself costs a fresh create, and, as a control, B beside an A that sends only
+//! its share and is refused nothing.
 //!
 //! Each phase runs on one API process with the default limits (`MERCHANT_RATE_LIMIT=100`); the
 //! phases that need A unlimited or limited otherwise set A's own limits with `payments-api limits
@@ -34,6 +35,9 @@ const B_CONNECTIONS: usize = 4;
 const A_SHARES_BELOW_PEAK: [f64; 2] = [0.7, 0.8];
 /// A's concurrency in the last contest: below `DB_MAX_CONNECTIONS` (16).
 const A_CONCURRENCY_BELOW_POOL: u32 = 12;
+/// What A sends in the control contest, unlimited, over the peak: with B's 5%, nine tenths of
+/// the peak, the least the API must serve.
+const A_SHARE_SENT_UNREFUSED: f64 = 0.85;
 
 #[derive(Debug, Serialize)]
 pub struct NoisyNeighbourReport {
@@ -69,6 +73,10 @@ pub struct NoisyNeighbourReport {
     /// The same with A's concurrency below the request pool's 16 connections, so that B always
     /// finds one free.
     pub with_a_at_peak_fewer_at_once: Contest,
+    /// The control: A unlimited and sending only `A_SHARE_SENT_UNREFUSED` of the peak, so
+    /// nothing is refused and no limit is at work. B's latency here is what the load itself
+    /// does to it, the best any limiter could give B with the API at nine tenths of its peak.
+    pub with_a_sending_its_share_unrefused: Contest,
     /// B alone again at the end: how much the baseline moved over the run.
     pub b_alone_after: Workload,
 }
@@ -165,19 +173,25 @@ pub async fn run(
         "tenants_b_alone",
     );
 
+    let flood = peak * 10.0;
     set(A, 100, 100).await?;
-    let with_a_limited = contest(&server, peak, b_rate, duration, "limited").await;
+    let with_a_limited = contest(&server, peak, flood, b_rate, duration, "limited").await;
     let mut with_a_below_peak = Vec::new();
     for share in A_SHARES_BELOW_PEAK {
         set(A, (peak * share).ceil() as u32, 100).await?;
         let label = format!("at_{:.0}_percent", share * 100.0);
-        let contest = contest(&server, peak, b_rate, duration, &label).await;
+        let contest = contest(&server, peak, flood, b_rate, duration, &label).await;
         with_a_below_peak.push(ContestAtShare { share, contest });
     }
     set(A, peak.ceil() as u32, 100).await?;
-    let with_a_at_peak = contest(&server, peak, b_rate, duration, "at_peak").await;
+    let with_a_at_peak = contest(&server, peak, flood, b_rate, duration, "at_peak").await;
     set(A, peak.ceil() as u32, A_CONCURRENCY_BELOW_POOL).await?;
-    let with_a_at_peak_fewer_at_once = contest(&server, peak, b_rate, duration, "at_peak_12").await;
+    let with_a_at_peak_fewer_at_once =
+        contest(&server, peak, flood, b_rate, duration, "at_peak_12").await;
+    set(A, 0, 0).await?;
+    let a_share = peak * A_SHARE_SENT_UNREFUSED;
+    let with_a_sending_its_share_unrefused =
+        contest(&server, peak, a_share, b_rate, duration, "unrefused").await;
     let b_alone_after = named(
         b_client(Target::of(&server), b_rate, duration).await,
         "tenants_b_alone_after",
@@ -194,6 +208,7 @@ pub async fn run(
         with_a_below_peak,
         with_a_at_peak,
         with_a_at_peak_fewer_at_once,
+        with_a_sending_its_share_unrefused,
         b_alone_after,
     })
 }
@@ -201,11 +216,11 @@ pub async fn run(
 async fn contest(
     server: &ApiProcess,
     peak: f64,
+    a_offered: f64,
     b_rate: f64,
     duration: Duration,
     label: &str,
 ) -> Contest {
-    let a_offered = peak * 10.0;
     let (mut alone, mut with_a, mut a_rounds) = (Vec::new(), Vec::new(), Vec::new());
     let mut cpu = 0.0;
     for _ in 0..CONTEST_ROUNDS {
