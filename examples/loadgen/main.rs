@@ -824,8 +824,11 @@ fn print_report(report: &Report) {
                     &n.with_a_at_peak_fewer_at_once,
                 ),
                 (
-                    "A unlimited, sending only its share".to_owned(),
-                    &n.with_a_sending_its_share_unrefused,
+                    format!(
+                        "A unlimited, offered {} of the peak (the control)",
+                        tenants::A_SHARE_IN_CONTROL
+                    ),
+                    &n.control_with_a_unrefused,
                 ),
             ]);
         for (what, c) in contests {
