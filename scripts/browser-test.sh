@@ -20,6 +20,7 @@ if [[ ! -d tests/browser/node_modules/playwright-core ]] || [[ tests/browser/pac
   npm ci --prefix tests/browser --no-audit --no-fund
 fi
 export PAYMENTS_API_BIN=$target/debug/payments-api CHROMIUM=$chromium
-export TEST_DATABASE_URL=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+# The PostgreSQL server the Rust tests use: TEST_DATABASE_URL, or a container.
+source scripts/lib/test-database.sh
 cd tests/browser
 node --test --test-concurrency=1 --test-reporter=spec checkout.test.mjs

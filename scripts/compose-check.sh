@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 project=payments-compose-check
 dc() { "${compose[@]}" -p "$project" "$@"; }
+# The host's ports, as docker-compose.yml reads them (API_PORT, CHAIN_PORT).
+api=localhost:${API_PORT:-8080}
 trap 'dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 
 dc down -v --remove-orphans >/dev/null 2>&1 || true
@@ -15,15 +17,15 @@ dc up -d --build
 
 echo "waiting for /readyz"
 for _ in $(seq 1 120); do
-  curl -fsS localhost:8080/readyz >/dev/null 2>&1 && break
+  curl -fsS $api/readyz >/dev/null 2>&1 && break
   sleep 1
 done
-curl -fsS localhost:8080/readyz
+curl -fsS $api/readyz
 
 body='{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}'
 key="order-$(date +%s%N)"
 post() {
-  curl -si -X POST localhost:8080/v1/payment_intents \
+  curl -si -X POST $api/v1/payment_intents \
     -H 'Authorization: Bearer merchant-demo' -H "Idempotency-Key: $key" -d "$1"
 }
 status() { head -n1 <<<"$1" | awk '{print $2}'; }
@@ -71,7 +73,7 @@ HTTPServer(("0.0.0.0", port), Receiver).serve_forever()
 PY
 hook_pid=$!
 trap 'kill $hook_pid 2>/dev/null; dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
-auth localhost:8080/v1/webhook_endpoints -d "{\"url\":\"http://host.docker.internal:$hook_port/\"}" >/dev/null
+auth $api/v1/webhook_endpoints -d "{\"url\":\"http://host.docker.internal:$hook_port/\"}" >/dev/null
 
 # Pays one intent in `token` (its body is the transcript's with that token) and checks it
 # succeeded on chain and moved the amount to the merchant. Sets `id`.
@@ -79,18 +81,18 @@ pay() {
   local token=$1 before after state intent
   local paying=${body/0x5FbDB2315678afecb367f032d93F642f64180aa3/$token}
   before=$(balance "$token")
-  id=$(auth localhost:8080/v1/payment_intents -d "$paying" | json 'v["id"]')
-  typed=$(auth "localhost:8080/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
+  id=$(auth $api/v1/payment_intents -d "$paying" | json 'v["id"]')
+  typed=$(auth "$api/v1/payment_intents/$id/authorization" | json 'json.dumps(v["typed_data"])')
   signature=$(dc exec -T chain cast wallet sign --data \
     --private-key 0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d "$typed" | tr -d '\r')
   confirmed_at=$SECONDS
-  confirmed=$(auth "localhost:8080/v1/payment_intents/$id/confirm" -H "Idempotency-Key: pay-$id" \
+  confirmed=$(auth "$api/v1/payment_intents/$id/confirm" -H "Idempotency-Key: pay-$id" \
     -d "{\"signature\":\"$signature\"}")
   echo "$confirmed"
   [[ $(json 'v["state"]' <<<"$confirmed") == processing ]] || fail "confirm did not answer processing ($token)"
   state=""
   for _ in $(seq 1 60); do
-    intent=$(auth "localhost:8080/v1/payment_intents/$id")
+    intent=$(auth "$api/v1/payment_intents/$id")
     state=$(json 'v["state"]' <<<"$intent")
     [[ $state == succeeded ]] && break
     sleep 1
@@ -107,36 +109,36 @@ pay() {
 # key) signs the transfer back with cast, confirm, then succeeded on chain.
 refund() {
   local token=$1 refund typed signature state shown
-  refund=$(auth "localhost:8080/v1/payment_intents/$id/refunds" -H "Idempotency-Key: refund-$id" \
+  refund=$(auth "$api/v1/payment_intents/$id/refunds" -H "Idempotency-Key: refund-$id" \
     -d '{"amount":"25000000","reason":"requested_by_customer"}' | json 'v["id"]')
-  typed=$(auth "localhost:8080/v1/refunds/$refund/authorization" | json 'json.dumps(v["typed_data"])')
+  typed=$(auth "$api/v1/refunds/$refund/authorization" | json 'json.dumps(v["typed_data"])')
   signature=$(dc exec -T chain cast wallet sign --data \
     --private-key 0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a "$typed" | tr -d '\r')
-  state=$(auth "localhost:8080/v1/refunds/$refund/confirm" -H "Idempotency-Key: confirm-$refund" \
+  state=$(auth "$api/v1/refunds/$refund/confirm" -H "Idempotency-Key: confirm-$refund" \
     -d "{\"signature\":\"$signature\"}" | json 'v["state"]')
   [[ $state == processing ]] || fail "the refund's confirm did not answer processing ($token)"
   for _ in $(seq 1 60); do
-    shown=$(auth "localhost:8080/v1/refunds/$refund")
+    shown=$(auth "$api/v1/refunds/$refund")
     state=$(json 'v["state"]' <<<"$shown")
     [[ $state == succeeded ]] && break
     sleep 1
   done
   echo "$shown"
   [[ $state == succeeded ]] || fail "the refund in $token did not succeed within a minute (state $state)"
-  [[ $(auth "localhost:8080/v1/payment_intents/$id" | json 'v["amount_refunded"]') == 25000000 ]] \
+  [[ $(auth "$api/v1/payment_intents/$id" | json 'v["amount_refunded"]') == 25000000 ]] \
     || fail "the intent's amount_refunded is not 25000000"
   echo "compose-check: $token refund of 25000000 succeeded on chain"
 }
 
 # The checkout page of a new intent: its link, the page and, with its client secret, its view.
-checkout=$(auth localhost:8080/v1/payment_intents -d "$body" | json 'v["checkout_url"]')
-[[ $checkout == http://localhost:8080/checkout/pi_*#pi_*_secret_* ]] || fail "no checkout_url ($checkout)"
+checkout=$(auth $api/v1/payment_intents -d "$body" | json 'v["checkout_url"]')
+[[ $checkout == http://$api/checkout/pi_*#pi_*_secret_* ]] || fail "no checkout_url ($checkout)"
 page=$(curl -fsS -D - "${checkout%%#*}")
 grep -qi "^content-security-policy: .*frame-ancestors 'none'" <<<"$page" || fail "the checkout page has no strict CSP"
 grep -q '<script src="/checkout/assets/checkout.js"' <<<"$page" || fail "the checkout page is not the page"
 checkout_id=${checkout##*/checkout/}
 checkout_id=${checkout_id%%#*}
-[[ $(curl -fsS "localhost:8080/v1/checkout/$checkout_id" -H "Authorization: Bearer ${checkout#*#}" | json 'v["state"]') == created ]] \
+[[ $(curl -fsS "$api/v1/checkout/$checkout_id" -H "Authorization: Bearer ${checkout#*#}" | json 'v["state"]') == created ]] \
   || fail "the client secret does not open its checkout"
 echo "compose-check: the checkout page is served, opened by its client secret"
 
@@ -144,7 +146,7 @@ echo "compose-check: the checkout page is served, opened by its client secret"
 pay "$usdc"
 refund "$usdc"
 pay "$token"
-balances=$(auth localhost:8080/v1/balances)
+balances=$(auth $api/v1/balances)
 echo "$balances"
 grep -q "\"token\":\"$token\",\"amount\":\"100000000\"" <<<"$balances" || fail "GET /v1/balances does not show the payment"
 grep -q "\"token\":\"$usdc\",\"amount\":\"75000000\"" <<<"$balances" || fail "GET /v1/balances does not show the USDC payment less its refund"
@@ -158,7 +160,7 @@ echo "compose-check: authorization, confirm, succeeded on chain, in the devnet t
 
 # A deposit address (the README's section): a plain `cast send` in two parts pays the intent,
 # and the relayer sweeps what arrived to the merchant.
-deposit=$(auth localhost:8080/v1/payment_intents \
+deposit=$(auth $api/v1/payment_intents \
   -d "{\"chain\":\"evm:31337\",\"token\":\"$token\",\"merchant\":\"$payee\",\"amount\":\"5000000\",\"payment_method\":\"deposit_address\"}")
 deposit_id=$(json 'v["id"]' <<<"$deposit")
 address=$(json 'v["deposit_address"]' <<<"$deposit")
@@ -171,7 +173,7 @@ done
 # The sweep takes whatever the address holds, so the merchant can have all 5000000 before the
 # second transfer has its confirmations and is counted: wait for both.
 for _ in $(seq 1 60); do
-  shown=$(auth "localhost:8080/v1/payment_intents/$deposit_id")
+  shown=$(auth "$api/v1/payment_intents/$deposit_id")
   [[ $(balance "$token") == $((before + 5000000)) && $(json 'v["state"]' <<<"$shown") == succeeded ]] && break
   sleep 1
 done

@@ -41,7 +41,57 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     deserializer.end().map_err(|e| {
         ApiError::InvalidRequest(format!("request body must hold one JSON object only: {e}"))
     })?;
+    refuse_nul_in_json(body)?;
     Ok(value)
+}
+
+/// PostgreSQL's `text` and `jsonb` cannot hold U+0000: a string carrying it would fail at the
+/// database on every retry, so it is refused here, for every body, naming where it is. JSON can
+/// only carry it escaped, so bodies without `\u0000` (all but hostile ones) cost one scan.
+fn refuse_nul_in_json(body: &[u8]) -> Result<(), ApiError> {
+    const ESCAPE: &[u8] = b"\\u0000";
+    if !body.windows(ESCAPE.len()).any(|w| w == ESCAPE) {
+        return Ok(());
+    }
+    // A hit may be an escaped backslash followed by "u0000": only the parsed strings tell.
+    let Ok(parsed) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(());
+    };
+    match nul_at(&parsed, String::new()) {
+        Some(whose) => Err(ApiError::InvalidRequest(format!(
+            "{whose} must not contain the NUL character (\\u0000)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Where the first string or key holding U+0000 is: `metadata.a:` for a value (paths as
+/// `metadata.key`, `items[2]`), `metadata.k\u0000: a key` for a key.
+fn nul_at(value: &serde_json::Value, path: String) -> Option<String> {
+    use serde_json::Value;
+    let join = |path: &str, key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => Some(format!("{path}:")),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_at(item, format!("{path}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, field)| {
+            if key.contains('\0') {
+                let shown = key.replace('\0', "\\u0000");
+                Some(format!("{}: a key", join(&path, &shown)))
+            } else {
+                nul_at(field, join(&path, key))
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// The page size of a listing: 1..=100, 10 when absent.
@@ -85,6 +135,15 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        // As in bodies: a NUL would reach the database and fail there, on every retry.
+        let query = parts.uri.query().unwrap_or_default();
+        if let Some((name, _)) =
+            url::form_urlencoded::parse(query.as_bytes()).find(|(_, v)| v.contains('\0'))
+        {
+            return Err(ApiError::InvalidRequest(format!(
+                "{name}: must not contain the NUL character (%00)"
+            )));
+        }
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|query| QueryParams(query.0))
@@ -144,6 +203,28 @@ fn describe(path: &str, error: &serde_json::Error) -> String {
 fn in_json_words(message: &str) -> String {
     let message = message.split(" at line ").next().unwrap_or(message);
     let mut words = message.to_owned();
+    // serde_json's words for a `\uD800`–`\uDFFF` escape without its other half.
+    for surrogate in [
+        "unexpected end of hex escape",
+        "lone leading surrogate in hex escape",
+        "invalid unicode code point",
+    ] {
+        if words.contains(surrogate) {
+            return "a \\u escape names half of a UTF-16 surrogate pair without the other half \
+                    (\\uD800 to \\uDFFF must come in pairs)"
+                .to_owned();
+        }
+    }
+    // Rust's words for a query parameter that does not parse as a number.
+    words = words.replace("invalid digit found in string", "expected an integer");
+    words = words.replace(
+        "cannot parse integer from empty string",
+        "expected an integer",
+    );
+    words = words.replace(
+        "number too large to fit in target type",
+        "the integer is too large",
+    );
     for integer in ["i64", "u64", "i32", "u32", "i16", "u16", "u8"] {
         words = words.replace(&format!("expected {integer}"), "expected an integer");
     }
@@ -216,6 +297,46 @@ mod tests {
         match parse_json::<Probe>(body.as_bytes()) {
             Err(ApiError::InvalidRequest(detail)) => detail,
             other => panic!("{body} gave {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_nul_is_refused_naming_where_it_is() {
+        assert_eq!(
+            detail(r#"{"name":"a\u0000b","count":1}"#),
+            "name: must not contain the NUL character (\\u0000)"
+        );
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Nested {
+            metadata: serde_json::Value,
+        }
+        let nested = |body: &str| match parse_json::<Nested>(body.as_bytes()) {
+            Err(ApiError::InvalidRequest(detail)) => detail,
+            other => panic!("{body} gave {other:?}"),
+        };
+        assert_eq!(
+            nested(r#"{"metadata":{"a":["ok","x\u0000"]}}"#),
+            "metadata.a[1]: must not contain the NUL character (\\u0000)"
+        );
+        assert_eq!(
+            nested(r#"{"metadata":{"k\u0000":"v"}}"#),
+            "metadata.k\\u0000: a key must not contain the NUL character (\\u0000)"
+        );
+        // An escaped backslash before "u0000" is six plain characters, not a NUL.
+        assert!(parse_json::<Probe>(br#"{"name":"a\\u0000","count":1}"#).is_ok());
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_said_in_our_words() {
+        for body in [
+            r#"{"name":"\ud800","count":1}"#,
+            r#"{"name":"\ud800x","count":1}"#,
+            r#"{"name":"\udc00","count":1}"#,
+        ] {
+            let detail = detail(body);
+            assert!(detail.contains("surrogate pair"), "{body}: {detail}");
+            assert!(!detail.contains("hex escape"), "{body}: {detail}");
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::helpers::{
-    DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, ServerProcess, TestApp, body_with_amount,
+    DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, ServerProcess, TestApp, body_with_amount,
 };
 
 #[tokio::test]
@@ -351,4 +351,115 @@ async fn with_one_second_timeout() -> (TestApp, String) {
     .await;
     let address = app.address.trim_start_matches("http://").to_owned();
     (app, address)
+}
+
+/// PostgreSQL's `text` cannot hold U+0000. A NUL anywhere a string reaches the database is refused
+/// at parsing: a 400 naming the field, nothing written, the key holding that 400 (not in flight).
+#[tokio::test]
+async fn a_nul_in_any_string_is_a_400_naming_it_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let with_metadata = |metadata: &str| {
+        SEED_BODY.replacen(
+            r#""expires_in_seconds":900}"#,
+            &format!(r#""expires_in_seconds":900,"metadata":{metadata}}}"#),
+            1,
+        )
+    };
+    let cases: [(&str, String, &str); 5] = [
+        (
+            "/v1/payment_intents",
+            with_metadata(r#"{"a":"x\u0000y"}"#),
+            "metadata.a:",
+        ),
+        (
+            "/v1/payment_intents",
+            with_metadata(r#"{"k\u0000":"v"}"#),
+            "metadata.k\\u0000: a key",
+        ),
+        (
+            "/v1/merchant",
+            r#"{"display_name":"Caf\u0000e"}"#.to_owned(),
+            "display_name:",
+        ),
+        (
+            "/v1/webhook_endpoints",
+            r#"{"url":"https://example.com/\u0000"}"#.to_owned(),
+            "url:",
+        ),
+        (
+            "/v1/webhook_endpoints",
+            r#"{"url":"https://example.com/h","description":"a\u0000"}"#.to_owned(),
+            "description:",
+        ),
+    ];
+    for (i, (path, body, field)) in cases.iter().enumerate() {
+        let key = format!("nul-{i}");
+        let answer = app.post_as(DEMO_TOKEN, path, Some(&key), body).await;
+        assert_eq!(answer.status, 400, "{path} {body}: {}", answer.body);
+        assert_eq!(answer.json()["error"], "invalid_request");
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            detail.starts_with(field) && detail.contains("NUL"),
+            "{body}: {detail}"
+        );
+        let record = app.key_record(DEMO_MERCHANT, &key).await.unwrap();
+        assert_eq!(
+            (record.state.as_str(), record.response_status),
+            ("completed", Some(400)),
+            "the key holds the 400, it is not left in flight"
+        );
+        let again = app.post_as(DEMO_TOKEN, path, Some(&key), body).await;
+        assert_eq!((again.status, again.body), (400, answer.body));
+    }
+    assert_eq!(app.intent_count().await, 0);
+    assert_eq!(app.event_count().await, 0);
+    let merchant = app.get_as(DEMO_TOKEN, "/v1/merchant").await;
+    assert!(!merchant.body.contains("Caf"), "{}", merchant.body);
+    let endpoints = app.get_as(DEMO_TOKEN, "/v1/webhook_endpoints").await;
+    assert_eq!(endpoints.json()["data"], serde_json::json!([]));
+
+    // In a query string too.
+    let listed = app.list(DEMO_TOKEN, "starting_after=pi_%00").await;
+    assert_eq!(listed.status, 400, "{}", listed.body);
+    assert!(
+        listed.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("starting_after:"),
+        "{}",
+        listed.body
+    );
+    let listed = app.list(DEMO_TOKEN, "limit=abc").await;
+    assert_eq!(listed.status, 400);
+    assert_eq!(
+        listed.json()["detail"],
+        "limit: expected an integer",
+        "in JSON's words, not Rust's"
+    );
+
+    // A lone surrogate is said in our words; an escaped backslash before u0000 is no NUL.
+    let lone = app
+        .post_as(
+            DEMO_TOKEN,
+            "/v1/payment_intents",
+            Some("surrogate"),
+            &with_metadata(r#"{"a":"\ud800"}"#),
+        )
+        .await;
+    assert_eq!(lone.status, 400, "{}", lone.body);
+    let detail = lone.json()["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("surrogate pair") && !detail.contains("hex escape"),
+        "{detail}"
+    );
+    let plain = app
+        .post_as(
+            DEMO_TOKEN,
+            "/v1/payment_intents",
+            Some("backslash"),
+            &with_metadata(r#"{"a":"\\u0000"}"#),
+        )
+        .await;
+    assert_eq!(plain.status, 201, "{}", plain.body);
+    assert_eq!(plain.json()["metadata"]["a"], "\\u0000");
 }

@@ -37,14 +37,16 @@ export async function freePort() {
   });
 }
 
-/// Waits until `check` answers something truthy (errors count as not yet).
+/// Waits until `check` answers something truthy (errors count as not yet, unless marked `final`).
 export async function until(what, check, timeout = 30000) {
   const deadline = Date.now() + timeout;
   for (;;) {
     try {
       const value = await check();
       if (value) return value;
-    } catch {}
+    } catch (e) {
+      if (e.final) throw e;
+    }
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -79,7 +81,9 @@ export async function startChain(args = []) {
 /// `chain` with the relayer key; `env` adds or overrides settings.
 export async function startApi(suite, chain, env = {}) {
   if (!existsSync(binary)) throw new Error(`${binary} is missing: cargo build --bin payments-api`);
-  const databaseUrl = serverUrl.replace(/\/[^/]*$/, `/${suite}_${process.pid}_${Date.now()}`);
+  // Named after the script's run, which drops its databases at exit (scripts/lib/test-database.sh).
+  const run = process.env.NODE_SUITE_RUN ?? `run${process.pid}`;
+  const databaseUrl = serverUrl.replace(/\/[^/]*$/, `/${suite}_${run}_${Date.now()}`);
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   let log = "";
@@ -101,7 +105,18 @@ export async function startApi(suite, chain, env = {}) {
   });
   child.stdout.on("data", (chunk) => (log += chunk));
   child.stderr.on("data", (chunk) => (log += chunk));
-  await until("the API to be ready", async () => (await fetch(`${base}/readyz`)).ok, 60000);
+  let exited = null;
+  child.on("exit", (code, signal) => (exited = signal ?? `exit code ${code}`));
+  try {
+    await until("the API to be ready", async () => {
+      if (exited) throw Object.assign(new Error(`the API stopped (${exited})`), { final: true });
+      return (await fetch(`${base}/readyz`)).ok;
+    }, 60000);
+  } catch (e) {
+    child.kill("SIGTERM");
+    const last = log.trimEnd().split("\n").slice(-30).join("\n");
+    throw new Error(`${e.message}; the server's last log lines:\n${last}`);
+  }
   /// A call as the merchant: `{status, body}`.
   const merchant = async (method, route, body, key) => {
     const headers = { Authorization: `Bearer ${MERCHANT_TOKEN}`, "content-type": "application/json" };
