@@ -3,26 +3,24 @@
 //!
 //! Modules by capability:
 //! - [`idempotency`]: one key, one execution, one answer (key, fingerprint, store, layer)
-//! - [`intents`]: payment intents (domain types, states, storage, handlers)
+//! - [`intents`]: payment intents (domain types, states, storage, routes, the payment the outbox sends)
 //! - [`events`]: what changed, written with the change (the outbox), and its API
 //! - [`webhooks`]: endpoints, and the signed, at-least-once delivery of every event to them
-//! - [`chain`]: EVM chains: nodes, the follower and its watches, EIP-3009 tokens (USDC among them),
-//!   authorizations, contract wallets, the devnet
-//! - [`settlement`]: intents paid on chain: authorization and confirm, the outbox and relayer,
-//!   the payment watch
-//! - [`refunds`]: money paid back to an intent's payer, signed by the merchant, through the same
-//!   outbox, relayer and follower
-//! - [`deposits`]: intents paid by plain transfers to an address of their own, watched, counted
-//!   and swept to the merchant through the same follower, relayer and ledger
+//! - [`rails`]: what every way to pay rides and none owns: the served chains and their nodes, the
+//!   follower and its watches, the outbox and relayers, wake-ups, token readings, EIP-3009
+//!   authorizations and the EVM encodings (USDC among the tokens, contract wallets, the devnet)
+//! - [`ways_to_pay`]: one folder each: `authorization` (the payer's EIP-3009 signature),
+//!   `deposit_address` (plain transfers to an address of the intent's own), `x402` (the
+//!   facilitator: verify and settle), `refunds` (money back to the payer, signed by the merchant)
 //! - [`checkout`]: the page a payer opens from an intent's `checkout_url`, and its API, opened
 //!   by the intent's client secret
-//! - [`x402`]: payments-api as an x402 facilitator (`/x402/supported`, `/x402/verify`)
 //! - [`merchants`]: the merchant's own settings (the name payers see)
 //! - [`tenants`]: each merchant's fair share: request rate and concurrency limits per merchant
 //! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
 //! - [`http`]: the router, OpenAPI and health probes: the top, which nothing else imports
 //! - [`auth`]: bearer tokens and merchant scope
-//! - [`sweeper`]: expiry of intents and retention of keys, in the background
+//! - [`housekeeping`]: expiry of intents by the clock, and retention of keys and events, in the
+//!   background
 //! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`], [`workers`]: the shared
 //!   base every capability uses
 //! - [`telemetry`], [`startup`]: running it
@@ -31,27 +29,24 @@
 //! base, never the other way round (`docs/design.md`, "Layout").
 
 pub mod auth;
-pub mod chain;
 pub mod checkout;
 pub mod config;
 pub mod db;
 pub mod deadline;
-pub mod deposits;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod housekeeping;
 pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod intents;
 pub mod ledger;
 pub mod merchants;
-pub mod refunds;
-pub mod settlement;
+pub mod rails;
 pub mod startup;
-pub mod sweeper;
 pub mod telemetry;
 pub mod tenants;
+pub mod ways_to_pay;
 pub mod webhooks;
 pub mod workers;
-pub mod x402;

@@ -40,7 +40,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Devnet { rpc_url }) => {
-            let devnet = payments_api::chain::devnet::set_up(&rpc_url).await?;
+            let devnet = payments_api::rails::evm::devnet::set_up(&rpc_url).await?;
             let what = if devnet.deployed_now {
                 "deployed"
             } else {
@@ -63,7 +63,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .into_iter()
                 .find(|c| c.name == chain)
                 .ok_or_else(|| anyhow::anyhow!("CHAINS does not name {chain}"))?;
-            let node = payments_api::chain::rpc::connect(&endpoint.rpc_url);
+            let node = payments_api::rails::rpc::connect(&endpoint.rpc_url);
             let pool = db::pool(database.url()?, 1)?;
             let mut conn = pool.acquire().await?;
             let report = payments_api::ledger::reconcile::reconcile(

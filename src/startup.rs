@@ -14,10 +14,12 @@ use crate::{
     auth,
     checkout::{self, changes::ChangesWorker},
     config::{Settings, SettlementSettings, WebhookSettings},
-    db, deposits, http, refunds,
-    settlement::{self, outbox},
-    sweeper::SweepWorker,
+    db,
+    housekeeping::SweepWorker,
+    http, intents, rails,
+    rails::outbox,
     tenants::{self, RegistryWorker},
+    ways_to_pay::{authorization, deposit_address, refunds},
     webhooks::delivery::DeliveryWorker,
     workers::{Failed, Next, Schedule, Worker, Workers},
 };
@@ -34,8 +36,8 @@ pub struct Application {
     sweep_interval: Duration,
     request_timeout: Duration,
     webhooks: WebhookSettings,
-    settlement: settlement::Chains,
-    relayer_keys: Vec<settlement::relayer::Key>,
+    settlement: rails::Chains,
+    relayer_keys: Vec<rails::relayer::Key>,
     /// What open checkout pages of this replica follow.
     changes: checkout::changes::Changes,
     bootstrap: auth::Bootstrap,
@@ -48,7 +50,7 @@ impl Application {
     /// listener (port 0 picks a free port). A database that is not there yet is not an error: the
     /// keys are stored once it is, and requests get 503 meanwhile.
     pub async fn build(settings: &Settings) -> anyhow::Result<Self> {
-        let settlement = settlement::Chains::new(&settings.settlement);
+        let settlement = rails::Chains::new(&settings.settlement);
         let relayer_keys = settlement.relayer_keys()?;
         let bootstrap = auth::Bootstrap::new(&settings.bootstrap_api_keys)?;
         let pool = db::request_pool(
@@ -167,7 +169,7 @@ impl Application {
                 ChangesWorker::new(database_url.clone(), changes.clone())
             });
         }
-        settlement::spawn(
+        rails::spawn(
             workers,
             pool,
             &self.database_url,
@@ -182,19 +184,22 @@ impl Application {
 /// What the relayer sends: every way to pay's submission kind.
 pub fn submission_kinds() -> outbox::Kinds {
     outbox::Kinds::new(vec![
-        Arc::new(settlement::payments::IntentPayment),
+        Arc::new(intents::payment::IntentPayment),
         Arc::new(refunds::payments::RefundPayment),
-        Arc::new(deposits::sweep::DepositSweep),
+        Arc::new(deposit_address::sweep::DepositSweep),
     ])
 }
 
 /// What the chain follower looks for: every way to pay's watch, on one cursor per chain.
-pub fn chain_watch(settings: &SettlementSettings) -> impl crate::chain::follower::Watch + Clone {
-    let deposits = deposits::watch::DepositWatch {
+pub fn chain_watch(settings: &SettlementSettings) -> impl crate::rails::follower::Watch + Clone {
+    let deposits = deposit_address::watch::DepositWatch {
         underpayment_tolerance_bps: settings.underpayment_tolerance_bps,
     };
     (
-        (settlement::watch::PaymentWatch, refunds::watch::RefundWatch),
+        (
+            authorization::watch::PaymentWatch,
+            refunds::watch::RefundWatch,
+        ),
         deposits,
     )
 }

@@ -801,7 +801,7 @@ impl ChainFacts {
             rpc::types::Filter,
             sol_types::SolEvent,
         };
-        use payments_api::chain::token::Eip3009;
+        use payments_api::rails::evm::token::Eip3009;
         let node = ProviderBuilder::new().connect_http(chain_url.parse()?);
         let head = node.get_block_number().await?;
         let confirmed = (head + 1).saturating_sub(confirmations);
@@ -865,7 +865,12 @@ impl ChainFacts {
             .await?;
         let refunds_by_nonce: HashMap<[u8; 32], &RefundRow> = refunds
             .iter()
-            .map(|r| (payments_api::refunds::domain::chain_nonce(&r.id), r))
+            .map(|r| {
+                (
+                    payments_api::ways_to_pay::refunds::domain::chain_nonce(&r.id),
+                    r,
+                )
+            })
             .collect();
         for log in uses {
             let Ok(used) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) else {
@@ -964,7 +969,7 @@ impl ChainFacts {
         confirmed: u64,
     ) -> anyhow::Result<()> {
         use alloy::{primitives::Address, rpc::types::Filter, sol_types::SolEvent};
-        use payments_api::chain::token::{DevnetUSD, Eip3009};
+        use payments_api::rails::evm::token::{DevnetUSD, Eip3009};
         let by_address: HashMap<&str, &IntentRow> = intents
             .values()
             .filter_map(|i| Some((i.deposit_address.as_deref()?, i)))

@@ -19,7 +19,7 @@ use alloy::{
     signers::local::PrivateKeySigner,
     sol_types::SolCall,
 };
-use payments_api::chain::{devnet::ANVIL_KEYS, token::DevnetUSD};
+use payments_api::rails::evm::{devnet::ANVIL_KEYS, token::DevnetUSD};
 use rand::Rng;
 use sqlx::{Connection, PgConnection};
 

@@ -136,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
     let received = receiver::start_for(&database_url, &["merchant_demo", "merchant_other"]).await?;
     let mut chain = Chain::new(args.port + 10, &args.out);
     chain.start().await?;
-    payments_api::chain::devnet::set_up(&chain.url().parse()?).await?;
+    payments_api::rails::evm::devnet::set_up(&chain.url().parse()?).await?;
     depositor::fund(&chain.url()).await?;
     let chain_url = chain.url();
     let chain = Arc::new(Mutex::new(chain));
@@ -175,12 +175,12 @@ async fn main() -> anyhow::Result<()> {
             "DEPOSIT_FACTORIES".to_owned(),
             format!(
                 "evm:31337={}",
-                payments_api::chain::deposit::devnet_factory()
+                payments_api::rails::evm::deposit::devnet_factory()
             ),
         ),
         (
             "RELAYER_PRIVATE_KEY".to_owned(),
-            payments_api::chain::devnet::ANVIL_KEYS[3].to_owned(),
+            payments_api::rails::evm::devnet::ANVIL_KEYS[3].to_owned(),
         ),
         ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "3".to_owned()),
         // One broadcast in ten kills its replica before the broadcast is recorded.

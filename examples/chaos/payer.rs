@@ -19,7 +19,7 @@ use alloy::{
     signers::{SignerSync, local::PrivateKeySigner},
     sol_types::SolCall,
 };
-use payments_api::chain::{devnet::ANVIL_KEYS, token::Eip3009};
+use payments_api::rails::evm::{devnet::ANVIL_KEYS, token::Eip3009};
 use rand::Rng;
 use sqlx::{Connection, PgConnection};
 

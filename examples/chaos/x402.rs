@@ -14,7 +14,7 @@ use alloy::{
     primitives::{Address, B256, U256},
     signers::{SignerSync, local::PrivateKeySigner},
 };
-use payments_api::chain::{authorization::Authorization, devnet::ANVIL_KEYS};
+use payments_api::rails::evm::{authorization::Authorization, devnet::ANVIL_KEYS};
 use rand::Rng;
 
 use crate::client::Shared;

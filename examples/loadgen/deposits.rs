@@ -12,7 +12,7 @@ use std::{
 
 use alloy::primitives::{Address, keccak256};
 use anyhow::{Context, bail};
-use payments_api::chain::{deposit::devnet_factory, devnet};
+use payments_api::rails::evm::{deposit::devnet_factory, devnet};
 use serde::Serialize;
 use serde_json::json;
 use sqlx::{Connection as _, PgConnection};

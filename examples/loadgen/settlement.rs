@@ -12,7 +12,7 @@ use std::{
 
 use alloy::signers::{SignerSync, local::PrivateKeySigner};
 use anyhow::{Context, bail};
-use payments_api::chain::devnet::{self, ANVIL_KEYS};
+use payments_api::rails::evm::devnet::{self, ANVIL_KEYS};
 use serde::Serialize;
 use sqlx::{Connection as _, PgConnection};
 

@@ -6,7 +6,7 @@
 use std::{path::Path, process::Command};
 
 use anyhow::Context;
-use payments_api::chain::devnet::{self, ANVIL_KEYS};
+use payments_api::rails::evm::devnet::{self, ANVIL_KEYS};
 use serde::{Deserialize, Serialize};
 
 use super::{ApiProcess, empty_database, settlement::start_anvil};

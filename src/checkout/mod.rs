@@ -2,7 +2,7 @@
 //! `checkout_url`, connects a wallet on, signs once and watches settle. The page holds the
 //! intent's client secret (from the URL's fragment) and nothing of the merchant's: the secret opens
 //! this intent's public view, its authorization and its confirm, nothing else. Paying goes through
-//! the same rules as the merchant's confirm (`settlement::payments`).
+//! the same rules as the merchant's confirm (`ways_to_pay::authorization::payments`).
 //!
 //! - `access`: the client secret, checked in constant time, as a request's key to one intent
 //! - `view`: what the page may see of an intent (no metadata, no secret)

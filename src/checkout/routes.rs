@@ -3,7 +3,7 @@
 //! `GET /v1/checkout/{id}` (the intent's public view), `GET /v1/checkout/{id}/authorization` (what
 //! the payer signs), `POST /v1/checkout/{id}/confirm` (the signature, behind the idempotency layer
 //! and rate limited per intent) and `GET /v1/checkout/{id}/events` (its changes as Server-Sent
-//! Events). The rules are `settlement::payments`'s, as for a merchant's confirm.
+//! Events). The rules are `ways_to_pay::authorization::payments`'s, as for a merchant's confirm.
 
 use std::{convert::Infallible, num::NonZeroU32, sync::Arc, time::Duration};
 
@@ -33,11 +33,12 @@ use crate::{
     extract::JsonBody,
     idempotency::{IdempotencyState, idempotency_layer},
     intents::state::Actor,
-    settlement::{
-        Chains, payments,
-        routes::{AuthorizationDocument, ConfirmRequest},
+    rails::{
+        Chains,
+        eip3009::{AuthorizationDocument, ConfirmRequest},
         tokens,
     },
+    ways_to_pay::authorization::payments,
 };
 
 /// Confirms a page may send per intent and minute (a payer retrying is a handful).

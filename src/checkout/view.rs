@@ -8,11 +8,11 @@ use time::OffsetDateTime;
 use alloy::primitives::U256;
 
 use crate::{
-    chain::deposit,
     intents::{
         domain::{IntentId, PaymentMethod},
         state::IntentState,
     },
+    rails::evm::deposit,
 };
 
 /// An intent as its checkout page shows it.

@@ -23,9 +23,11 @@ use crate::{
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, ledger, merchants, refunds, settlement,
+    intents, ledger, merchants, rails,
     telemetry::{self, metrics},
-    tenants, webhooks,
+    tenants,
+    ways_to_pay::{authorization, refunds, x402},
+    webhooks,
     workers::Heartbeats,
 };
 
@@ -38,7 +40,7 @@ pub struct Shared {
     /// The background work's pool, which `/readyz` uses too: it never waits behind requests.
     pub background: Pool,
     /// One `Chains` for the routes and the workers: who waits in a request is woken by them.
-    pub chains: settlement::Chains,
+    pub chains: rails::Chains,
     pub bootstrap: auth::Bootstrap,
     pub heartbeats: Heartbeats,
     pub changes: checkout::changes::Changes,
@@ -88,7 +90,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings.settlement.chains.clone(),
         &settings.public_base_url,
     )
-    .merge(settlement::routes::router(chains.clone()))
+    .merge(authorization::routes::router(chains.clone()))
     .merge(refunds::router(chains.clone()))
     .merge(merchants::router())
     .merge(ledger::router())
@@ -108,7 +110,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     ));
     // The x402 facilitator: the merchant's key and limits, the deadline; only settle is
     // idempotent (`docs/x402.md`).
-    let x402 = crate::x402::router(chains.clone(), idempotency.clone())
+    let x402 = x402::router(chains.clone(), idempotency.clone())
         .route_layer(from_fn_with_state(limiter, tenants::limit))
         .route_layer(from_fn_with_state(
             authenticator.clone(),

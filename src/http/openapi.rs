@@ -14,8 +14,11 @@ use utoipa::{
 };
 
 use crate::{
-    checkout, events, http::health, idempotency, intents, ledger, merchants, refunds, settlement,
-    telemetry, webhooks,
+    checkout, events,
+    http::health,
+    idempotency, intents, ledger, merchants, telemetry,
+    ways_to_pay::{authorization, refunds, x402},
+    webhooks,
 };
 
 #[derive(OpenApi)]
@@ -25,21 +28,21 @@ use crate::{
         description = "Payment intents for stablecoin payments on EVM chains. One Idempotency-Key, one execution, one answer, byte for byte, for 24 hours.",
     ),
     paths(
-        intents::handlers::create,
-        intents::handlers::list,
-        intents::handlers::show,
-        intents::handlers::cancel,
-        settlement::routes::authorization,
-        settlement::routes::confirm,
+        intents::routes::create,
+        intents::routes::list,
+        intents::routes::show,
+        intents::routes::cancel,
+        authorization::routes::authorization,
+        authorization::routes::confirm,
         checkout::routes::document,
         checkout::routes::show,
         checkout::routes::authorization,
         checkout::routes::confirm,
         checkout::routes::events,
-        crate::x402::routes::supported,
-        crate::x402::routes::verify,
-        crate::x402::settle::settle,
-        crate::x402::routes::payment,
+        x402::routes::supported,
+        x402::routes::verify,
+        x402::settle::settle,
+        x402::routes::payment,
         merchants::show,
         merchants::update,
         refunds::routes::create,

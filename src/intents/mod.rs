@@ -1,8 +1,9 @@
-//! Payment intents: the domain types, their states, storage and HTTP handlers.
+//! Payment intents: the domain types, their states, storage and routes.
 
 pub mod domain;
-pub mod handlers;
+pub mod payment;
 pub mod repo;
+pub mod routes;
 pub mod state;
 
-pub use handlers::router;
+pub use routes::router;

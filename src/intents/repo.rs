@@ -109,7 +109,7 @@ pub struct NewIntent {
 pub enum PaidBy {
     /// `payer` signs an EIP-3009 authorization.
     Authorization { payer: Address },
-    /// Whoever sends the token to `address`, the intent's forwarder (`chain::deposit`).
+    /// Whoever sends the token to `address`, the intent's forwarder (`rails::evm::deposit`).
     DepositAddress { address: Address },
 }
 
@@ -426,8 +426,8 @@ pub async fn expire_due(
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
                    AND ($8::text IS NULL OR chain = $8)
                    AND chain <> ALL($9::text[])
-                   -- A nonce use seen on chain (settlement::watch) is the chain's to settle,
-                   -- and so is a deposit seen and not yet applied (deposits::watch), which
+                   -- A nonce use seen on chain (the authorization watch) is the chain's to settle,
+                   -- and so is a deposit seen and not yet applied (the deposit watch), which
                    -- judges by its own block whether it came in time.
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
                                     WHERE o.kind IN ('authorization_used', 'authorization_canceled')

@@ -17,11 +17,11 @@ use sqlx::PgConnection;
 use super::Kind;
 
 use crate::{
-    chain::{
-        rpc::Node,
-        token::{Eip712Token, Eip3009},
-    },
     config::ChainEndpoint,
+    rails::{
+        evm::token::{Eip712Token, Eip3009},
+        rpc::Node,
+    },
 };
 
 /// Blocks asked for per `eth_getLogs`, within what public nodes accept.
@@ -164,7 +164,7 @@ async fn deposits(
     if addresses.is_empty() {
         return Ok(());
     }
-    // The tokens the follower reads on this chain (`deposits::watch`, joined with the payment
+    // The tokens the follower reads on this chain (the deposit watch's, joined with the payment
     // watch's): a transfer of any of them to a deposit address is booked.
     let tokens: Vec<Address> = sqlx::query_scalar!(
         r#"SELECT token AS "token!" FROM deposit_tokens WHERE chain = $1

@@ -1,12 +1,12 @@
 //! Deposit addresses (`docs/settlement.md`, "Deposit addresses"). On chain
-//! (`contracts/src/DepositForwarder.sol`, `chain::deposit`): the address we compute is the one the
+//! (`contracts/src/DepositForwarder.sol`, `rails::evm::deposit`): the address we compute is the one the
 //! factory computes and deploys to, and whatever is sent there reaches only its merchant, in one
 //! transaction that deploys and flushes, then by plain flushes. Through the API: an intent paid by
 //! plain `cast send` transfers, in parts, beyond its amount, late, after a cancel, in another
 //! token, and in tokens that misbehave (one whose `transfer` returns nothing, as Tether's, one
 //! that keeps a fee, and USDC); each is booked, counted or not, and swept to the merchant.
 
-use payments_api::chain::deposit::{devnet_factory, forwarder_address, intent_key};
+use payments_api::rails::evm::deposit::{devnet_factory, forwarder_address, intent_key};
 use serde_json::{Value, json};
 
 use crate::helpers::{

@@ -442,9 +442,9 @@ async fn a_payer_who_cancels_the_authorization_on_chain_fails_the_intent() {
 #[tokio::test]
 async fn a_follower_catches_up_over_a_range_of_blocks_in_one_tick() {
     use payments_api::{
-        chain::{follower::Follower, rpc},
         db,
-        settlement::watch::PaymentWatch,
+        rails::{follower::Follower, rpc},
+        ways_to_pay::authorization::watch::PaymentWatch,
         workers::Worker,
     };
 
@@ -527,7 +527,7 @@ async fn the_devnet_set_up_runs_twice_and_changes_nothing_the_second_time() {
     let anvil = Anvil::start().await;
     let block = anvil.block_number().await;
     let before = anvil.balance(PAYER);
-    let again = payments_api::chain::devnet::set_up(&anvil.url.parse().unwrap())
+    let again = payments_api::rails::evm::devnet::set_up(&anvil.url.parse().unwrap())
         .await
         .unwrap();
     assert!(!again.deployed_now);
@@ -697,11 +697,11 @@ async fn the_outbox_migration_encodes_a_queued_authorization_as_the_relayer_does
     use std::borrow::Cow;
 
     use payments_api::{
-        chain::{
+        db::migrate::MIGRATOR,
+        rails::evm::{
             Address, B256, U256,
             authorization::{Authorization, PayerSignature},
         },
-        db::migrate::MIGRATOR,
     };
     use sqlx::migrate::Migrator;
 
@@ -786,7 +786,7 @@ async fn the_outbox_migration_encodes_a_queued_authorization_as_the_relayer_does
 /// the payment watch moved the intent, with the transaction the chain mined.
 #[tokio::test]
 async fn a_caller_awaits_a_submissions_outcome() {
-    use payments_api::{db, settlement::outbox};
+    use payments_api::{db, rails::outbox};
 
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 1, true).await;

@@ -68,14 +68,17 @@ fn relayer_worker(
     app: &TestApp,
     settlement: &SettlementSettings,
     key: &str,
-) -> payments_api::settlement::relayer::RelayerWorker {
-    use payments_api::{chain::rpc, db, settlement};
+) -> payments_api::rails::relayer::RelayerWorker {
+    use payments_api::{
+        db,
+        rails::{self, rpc},
+    };
     let chain = settlement.chains[0].clone();
-    settlement::relayer::RelayerWorker::new(
+    rails::relayer::RelayerWorker::new(
         db::pool(&app.database_url, 2).unwrap(),
         chain.clone(),
         rpc::connect(&chain.rpc_url),
-        settlement::relayer::Key::parse(key).unwrap(),
+        rails::relayer::Key::parse(key).unwrap(),
         payments_api::startup::submission_kinds(),
         settlement,
     )
@@ -384,7 +387,7 @@ async fn sent_transactions_waiting_to_be_mined_never_keep_new_work_waiting() {
 /// by unit through `run_once`, with no relayer inside the app.
 #[tokio::test]
 async fn two_relayer_keys_share_the_queue_each_with_its_own_nonces() {
-    use payments_api::{settlement::relayer::Key, workers::Worker};
+    use payments_api::{rails::relayer::Key, workers::Worker};
 
     let anvil = Anvil::start().await;
     let (app, settlement) = app_on_a_stopped_chain(&anvil).await;
@@ -427,7 +430,7 @@ async fn two_relayer_keys_share_the_queue_each_with_its_own_nonces() {
 /// payer's balance covers the amount, it is paid.
 #[tokio::test]
 async fn a_payer_short_of_funds_waits_queued_and_is_paid_once_funded() {
-    use payments_api::chain::devnet::ANVIL_KEYS;
+    use payments_api::rails::evm::devnet::ANVIL_KEYS;
 
     let anvil = Anvil::start().await;
     let settlement = anvil.settlement(1);

@@ -167,7 +167,7 @@ async fn wallets_libraries_sign_the_document_with_the_digest_we_answer() {
 /// `signature`; a token without that form is 422 for a contract payer.
 #[tokio::test]
 async fn a_smart_contract_wallet_pays_in_usdc() {
-    use payments_api::chain::devnet::ANVIL_KEYS;
+    use payments_api::rails::evm::devnet::ANVIL_KEYS;
 
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, true).await;
@@ -238,7 +238,7 @@ async fn a_smart_contract_wallet_pays_in_usdc() {
 /// reason rather than a bare expiry.
 #[tokio::test]
 async fn a_payment_held_by_a_paused_usdc_fails_with_that_reason_at_expiry() {
-    use payments_api::chain::fiat_token;
+    use payments_api::rails::evm::fiat_token;
 
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, true).await;
@@ -281,7 +281,7 @@ async fn a_payment_held_by_a_paused_usdc_fails_with_that_reason_at_expiry() {
 /// the payer is taken off the list: `account_blacklisted`, then `succeeded`.
 #[tokio::test]
 async fn a_blacklisted_payer_is_held_then_pays_once_unblacklisted() {
-    use payments_api::chain::fiat_token;
+    use payments_api::rails::evm::fiat_token;
 
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, true).await;

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use payments_api::{
     config::{IdempotencySettings, MerchantLimits, Settings, SettlementSettings, WebhookSettings},
+    housekeeping::{SweepReport, Sweeper},
     startup::Application,
-    sweeper::{SweepReport, Sweeper},
 };
 use reqwest::{Client, RequestBuilder};
 use sqlx::{PgPool, postgres::PgPoolOptions};

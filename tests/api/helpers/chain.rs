@@ -10,8 +10,8 @@ use std::{
 };
 
 use payments_api::{
-    chain::devnet::{self, ANVIL_KEYS},
     config::{SettlementSettings, parse_chains, with_deposit_factories},
+    rails::evm::devnet::{self, ANVIL_KEYS},
 };
 use serde_json::{Value, json};
 
@@ -90,7 +90,7 @@ impl Anvil {
     pub fn settlement(&self, confirmations: u64) -> SettlementSettings {
         let factory = format!(
             "evm:31337={}",
-            payments_api::chain::deposit::devnet_factory()
+            payments_api::rails::evm::deposit::devnet_factory()
         );
         SettlementSettings {
             chains: with_deposit_factories(
@@ -308,7 +308,7 @@ pub fn settlement_env(rpc_url: &str, confirmations: u64, relayer: bool) -> Vec<(
             "DEPOSIT_FACTORIES".to_owned(),
             format!(
                 "evm:31337={}",
-                payments_api::chain::deposit::devnet_factory()
+                payments_api::rails::evm::deposit::devnet_factory()
             ),
         ),
         ("CHAIN_CONFIRMATIONS".to_owned(), confirmations.to_string()),

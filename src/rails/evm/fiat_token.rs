@@ -123,15 +123,17 @@ pub async fn deploy(rpc_url: &url::Url, holders: &[Address], each: u64) -> anyho
     };
     let library = create(
         hex::decode(
-            artifact(include_str!("../../contracts/build/SignatureChecker.json"))
-                .bytecode
-                .trim_start_matches("0x"),
+            artifact(include_str!(
+                "../../../contracts/build/SignatureChecker.json"
+            ))
+            .bytecode
+            .trim_start_matches("0x"),
         )?
         .into(),
     )
     .await?;
     let implementation = create(linked(
-        &artifact(include_str!("../../contracts/build/FiatTokenV2_2.json")),
+        &artifact(include_str!("../../../contracts/build/FiatTokenV2_2.json")),
         library,
     )?)
     .await?;
@@ -156,7 +158,7 @@ pub async fn deploy(rpc_url: &url::Url, holders: &[Address], each: u64) -> anyho
     confirm(locked.initializeV2_2(Vec::new(), String::new())).await?;
 
     let mut proxy_code =
-        artifact(include_str!("../../contracts/build/FiatTokenProxy.json")).bytecode;
+        artifact(include_str!("../../../contracts/build/FiatTokenProxy.json")).bytecode;
     proxy_code.push_str(&hex::encode(implementation.abi_encode()));
     let deployed = create(hex::decode(proxy_code.trim_start_matches("0x"))?.into()).await?;
     if deployed != proxy {

@@ -1,35 +1,42 @@
-//! Intents paid on chain (`docs/settlement.md`): the authorization a payer signs and its confirm,
-//! the relayer that submits it, and the watch that the chain follower (`chain::follower`) runs
-//! for intents, which settles them once their payment is confirmed. The chain is the source of truth; PostgreSQL holds our view of it.
+//! The rails every way to pay rides (`docs/design.md`, "Rails and ways to pay"): the served
+//! chains and their nodes, the follower that reads them for the watches, the outbox and the
+//! relayers that send what is queued, the wake-ups, and what is read of tokens. The rails know no
+//! way to pay: a way to pay brings its submission kind and its watch (`crate::ways_to_pay`).
+//! The chain is the source of truth; PostgreSQL holds our view of it (`docs/settlement.md`).
 //!
+//! - `evm`: EVM encodings without the database: token bindings, EIP-3009 typed data, deposit
+//!   addresses' CREATE2, the devnet
+//! - `rpc`: a provider per chain, with timeouts, and how its failures read
+//! - `follower`: the cursor, block ranges of logs, reorgs, halting, confirmations; a `Watch`
+//!   says what to look for and what a confirmed log changes
 //! - `tokens`: the tokens read from chains, kept in PostgreSQL
-//! - `payments`: the rules of paying an intent (what may be paid, the document, confirm)
-//! - `routes`: `GET …/authorization`, `POST …/confirm`, over `payments`
+//! - `eip3009`: what every EIP-3009 authorization of ours shares, whichever way to pay signs it:
+//!   its terms and document, the signer's proof, its submission, its nonce's logs
 //! - `outbox`: the chain transactions to send, by kind, subject and dedupe key; awaiting one
 //! - `relayer`: sends the outbox, a worker per key and chain, each key held by one replica
-//! - `watch`: what the follower looks for (nonce uses), settlement and expiry by chain time
 //! - `wakeup`: wakes a chain's relayers when a submission is queued, and whoever awaits one when
 //!   it is sent or done, instead of at their next poll
 //! - `inclusion`: wakes whoever waits for a transaction when a block includes it
 
+pub mod eip3009;
+pub mod evm;
+pub mod follower;
 pub mod inclusion;
 pub mod outbox;
-pub mod payments;
 pub mod relayer;
-pub mod routes;
+pub mod rpc;
 pub mod tokens;
 pub mod wakeup;
-pub mod watch;
 
 use std::{collections::HashMap, sync::Arc};
 
 use tokio::sync::Notify;
 
+use self::{
+    follower::{Follower, Watch},
+    rpc::Node,
+};
 use crate::{
-    chain::{
-        follower::{Follower, Watch},
-        rpc::{self, Node},
-    },
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
     workers::{Schedule, Workers},

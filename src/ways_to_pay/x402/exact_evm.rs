@@ -13,13 +13,16 @@ use sqlx::PgConnection;
 use x402_types::proto::v2;
 
 use crate::{
-    chain::{
-        authorization::{Authorization, PayerProof},
-        rpc::ChainError,
-        token::{self, TokenSupport},
-    },
     error::ApiError,
-    settlement::{Chains, payments, tokens},
+    rails::{
+        Chains, eip3009,
+        evm::{
+            authorization::{Authorization, PayerProof},
+            token::{self, TokenSupport},
+        },
+        rpc::ChainError,
+        tokens,
+    },
 };
 
 /// The requirements a resource server states (v2).
@@ -236,7 +239,7 @@ pub async fn check(
         Err(tokens::ResolveError::Chain(e)) => return Err(unavailable(&chain, e)),
     };
     // The signature over the domain the requirements name, as the reference checks it.
-    let proof = match payments::authorizer_proof(
+    let proof = match eip3009::authorizer_proof(
         chains,
         &chain,
         &authorization,

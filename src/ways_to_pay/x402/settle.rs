@@ -34,7 +34,7 @@ use crate::{
         repo::{self, Expires, NewIntent, PaidBy, TransitionError},
         state::{Action, Actor},
     },
-    settlement::{Chains, payments},
+    rails::{Chains, eip3009},
 };
 
 /// The recovery point of a settle whose payment is stored and queued: a takeover waits for it.
@@ -386,7 +386,7 @@ async fn open_intent(
         other => ApiError::internal(&format!("a new x402 intent cannot be confirmed: {other}")),
     })?;
     let (a, proof) = (&checked.authorization, &checked.proof);
-    payments::queue_authorization(tx, payments::KIND, id.as_str(), a, proof).await?;
+    eip3009::queue_authorization(tx, crate::intents::payment::KIND, id.as_str(), a, proof).await?;
     Ok(())
 }
 
@@ -405,7 +405,7 @@ enum Transfer {
 
 /// Waits until the payment's transfer is in a block, or the payment ended otherwise, or `until`.
 /// It wakes when its submission is sent (the relayer's notification) and when a block includes a
-/// transaction of it (`settlement::inclusion`), and looks again every second in case a
+/// transaction of it (`rails::inclusion`), and looks again every second in case a
 /// notification was missed.
 async fn await_transfer(
     pool: &Pool,
@@ -418,7 +418,7 @@ async fn await_transfer(
     let (endpoint, node) = chains
         .get(&key.chain)
         .ok_or_else(|| ApiError::internal("the settle checked the chain"))?;
-    let dedupe_key = payments::dedupe_key(key.token, key.authorizer, key.nonce);
+    let dedupe_key = eip3009::dedupe_key(key.token, key.authorizer, key.nonce);
     let submission = {
         let mut conn = pool.acquire().await?;
         sqlx::query_scalar!(

@@ -21,11 +21,11 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
-    chain::deposit,
     config::ChainEndpoint,
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
+    rails::evm::deposit,
 };
 
 /// `settled_chains`: with settlement on, the only chains an intent may name (and their deposit

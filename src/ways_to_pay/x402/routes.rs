@@ -26,7 +26,7 @@ use crate::{
     extract::JsonBody,
     idempotency::{IdempotencyState, idempotency_layer},
     intents::repo::PaymentIntent,
-    settlement::Chains,
+    rails::Chains,
 };
 
 /// `idempotency`: the layer's state for settle, whose key is optional whatever

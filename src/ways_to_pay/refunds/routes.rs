@@ -23,9 +23,9 @@ use crate::{
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit},
     intents::domain::{Amount, ExpiresIn, IntentId},
-    settlement::{
+    rails::{
         Chains,
-        routes::{AuthorizationDocument, ConfirmRequest},
+        eip3009::{AuthorizationDocument, ConfirmRequest},
     },
 };
 

@@ -10,10 +10,10 @@ use alloy::{
 use sqlx::PgConnection;
 
 use crate::{
-    chain::deposit::{DepositForwarder, DepositForwarderFactory, intent_key},
     config::ChainEndpoint,
     ledger::Account,
-    settlement::outbox::{self, BoxFuture, NewSubmission, SubmissionKind, Wanted},
+    rails::evm::deposit::{DepositForwarder, DepositForwarderFactory, intent_key},
+    rails::outbox::{self, BoxFuture, NewSubmission, SubmissionKind, Wanted},
 };
 
 /// The outbox kind of a sweep: its subject is the intent's id.

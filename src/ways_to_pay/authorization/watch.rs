@@ -4,23 +4,23 @@
 //! by its payer settles the intent if the same transaction's transfer paid it and fails it
 //! otherwise; a cancellation fails it; and the newest confirmed block's time expires intents.
 
-use alloy::{providers::Provider, rpc::types::Log, sol_types::SolEvent};
+use alloy::rpc::types::Log;
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use crate::{
-    chain::{
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
-        rpc::{ChainError, Node},
-        token::Eip3009,
-    },
     config::ChainEndpoint,
     intents::{
         repo::{self, Expiry, Settlement, TransitionError},
         state::{Action, Actor},
     },
     ledger,
+    rails::{
+        eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::Node,
+    },
     telemetry::metrics as names,
 };
 
@@ -39,83 +39,6 @@ struct NonceUse {
     transfer: Option<Transfer>,
     /// Whether that transfer is the intent's payment: its payer, payee and amount.
     pays_intent: bool,
-}
-
-/// A token's `Transfer`, as an observation keeps it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Transfer {
-    pub from: String,
-    pub to: String,
-    pub value: String,
-}
-
-impl Transfer {
-    /// Whether it moved exactly `value` from `from` to `to`.
-    pub fn moves(&self, from: &str, to: &str, value: &str) -> bool {
-        self.from == from && self.to == to && self.value == value
-    }
-}
-
-/// What the same transaction's next `Transfer` of the token after the nonce use `log` moved:
-/// the transfer that `transferWithAuthorization` makes right after it announces the use.
-pub async fn transfer_after(node: &Node, log: &Log) -> Result<Option<Transfer>, FollowError> {
-    let (Some(tx_hash), Some(log_index)) = (log.transaction_hash, log.log_index) else {
-        return Ok(None);
-    };
-    let receipt = node
-        .get_transaction_receipt(tx_hash)
-        .await?
-        .ok_or_else(|| ChainError::Refused(format!("no receipt for {tx_hash}")))?;
-    Ok(receipt
-        .inner
-        .logs()
-        .iter()
-        .filter(|l| l.address() == log.address() && l.log_index.is_some_and(|i| i > log_index))
-        .find_map(|l| Eip3009::Transfer::decode_log_data(l.data()).ok())
-        .map(|t| Transfer {
-            from: t.from.to_checksum(None),
-            to: t.to.to_checksum(None),
-            value: t.value.to_string(),
-        }))
-}
-
-/// The authorizer, nonce and kind (`used` or `canceled`) of an EIP-3009 nonce log, if it is one.
-pub fn nonce_log<'k>(
-    log: &Log,
-    used: &'k str,
-    canceled: &'k str,
-) -> Option<(&'k str, alloy::primitives::Address, alloy::primitives::B256)> {
-    if let Ok(e) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) {
-        Some((used, e.authorizer, e.nonce))
-    } else if let Ok(e) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {
-        Some((canceled, e.authorizer, e.nonce))
-    } else {
-        None
-    }
-}
-
-/// What the follower looks for on behalf of every EIP-3009 authorization of ours: nonce uses
-/// and cancellations of the tokens read on the chain.
-pub async fn nonce_interest(
-    conn: &mut PgConnection,
-    chain: &ChainEndpoint,
-) -> Result<Interest, sqlx::Error> {
-    // Every token an authorization was built for was read and stored first. A token stays of
-    // interest once read, whatever a later reading says: a node that briefly answers "no code", or
-    // an upgrade, must not let the follower pass blocks without looking at the token's logs.
-    let tokens = sqlx::query_scalar!(
-        "SELECT address FROM chain_tokens WHERE chain_id = $1",
-        chain.id as i64,
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(Interest {
-        addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
-        events: vec![
-            Eip3009::AuthorizationUsed::SIGNATURE_HASH,
-            Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
-        ],
-    })
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -259,7 +182,7 @@ impl Watch for PaymentWatch {
             chain: &chain.name,
             block_timestamp: block.timestamp,
         };
-        let expired = repo::expire_due(conn, crate::sweeper::BATCH, &expiry).await?;
+        let expired = repo::expire_due(conn, crate::housekeeping::BATCH, &expiry).await?;
         if expired > 0 {
             metrics::counter!(names::SETTLEMENTS, "chain" => chain.name.clone(), "outcome" => "expired").increment(expired);
             tracing::info!(chain = %chain.name, expired, block.timestamp, "expired by chain time");

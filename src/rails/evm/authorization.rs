@@ -8,10 +8,8 @@ use alloy::{
     sol_types::{SolCall, SolStruct},
 };
 
-use super::{
-    rpc::{ChainError, Node},
-    token::{Eip3009, Eip3009Bytes, eip712_domain},
-};
+use super::token::{Eip3009, Eip3009Bytes, eip712_domain};
+use crate::rails::rpc::{ChainError, Node};
 
 sol! {
     /// EIP-3009's typed message, field for field.

@@ -16,17 +16,17 @@ use time::OffsetDateTime;
 
 use super::sweep::{self, Sweep};
 use crate::{
-    chain::{
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
-        rpc::Node,
-        token::Eip3009,
-    },
     config::ChainEndpoint,
     intents::{
         repo::{self, Change, Seen, Settlement, TransitionError},
         state::{self, Action, Actor, IntentState},
     },
     ledger,
+    rails::{
+        evm::token::Eip3009,
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::Node,
+    },
 };
 
 /// A transfer to an intent's deposit address.
@@ -242,7 +242,7 @@ impl Watch for DepositWatch {
         self.count(tx, &transfer, o).await
     }
 
-    /// Deposit intents expire with the others, by the payment watch (`settlement::watch`).
+    /// Deposit intents expire with the others, by the payment watch (`ways_to_pay::authorization::watch`).
     async fn confirmed(
         &self,
         _conn: &mut PgConnection,

@@ -23,9 +23,9 @@ use sqlx::PgConnection;
 
 use super::outbox::{self, Kinds, Revert, State, Wanted};
 use crate::{
-    chain::rpc::{ChainError, Node},
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
+    rails::rpc::{ChainError, Node},
     telemetry::metrics as names,
     workers::{Failed, Next, Worker},
 };

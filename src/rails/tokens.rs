@@ -5,13 +5,11 @@
 use alloy::primitives::Address;
 use sqlx::PgConnection;
 
-use crate::{
-    chain::{
-        rpc::{ChainError, Node},
-        token::{self, TokenSupport, Units},
-    },
-    config::ChainEndpoint,
+use super::{
+    evm::token::{self, TokenSupport, Units},
+    rpc::{ChainError, Node},
 };
+use crate::config::ChainEndpoint;
 
 /// How long what was read of a token is trusted before it is read again: a token behind an
 /// upgradeable proxy (USDC) can change its domain.

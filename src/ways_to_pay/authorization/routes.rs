@@ -1,21 +1,22 @@
 //! `GET /v1/payment_intents/{id}/authorization` and `POST /v1/payment_intents/{id}/confirm`: the
 //! HTTP shape of [`super::payments`], which holds the rules (`docs/settlement.md`).
 
-use axum::{
-    Extension, Json, Router,
-    extract::State,
-    routing::{get, post},
-};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
-use super::{Chains, payments};
+use super::payments;
 use crate::{
     auth::MerchantId,
     db::{Pool, Tx},
     error::{ApiError, ErrorBody},
     extract::{JsonBody, PathParam},
     intents::{repo::PaymentIntent, state::Actor},
+    rails::{
+        Chains,
+        eip3009::{AuthorizationDocument, ConfirmRequest},
+    },
+};
+use axum::{
+    Extension, Json, Router,
+    extract::State,
+    routing::{get, post},
 };
 
 pub fn router(chains: Chains) -> Router<Pool> {
@@ -23,25 +24,6 @@ pub fn router(chains: Chains) -> Router<Pool> {
         .route("/v1/payment_intents/{id}/authorization", get(authorization))
         .route("/v1/payment_intents/{id}/confirm", post(confirm))
         .layer(Extension(chains))
-}
-
-/// What the payer signs to pay an intent.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AuthorizationDocument {
-    /// The EIP-712 document exactly as `eth_signTypedData_v4` takes it.
-    #[schema(value_type = Object)]
-    pub typed_data: serde_json::Value,
-    /// Its EIP-712 digest, `0x` + 64 hex digits.
-    pub digest: String,
-}
-
-impl AuthorizationDocument {
-    pub fn of(authorization: &crate::chain::authorization::Authorization) -> Self {
-        Self {
-            typed_data: authorization.typed_data(),
-            digest: authorization.digest().to_string(),
-        }
-    }
 }
 
 /// The EIP-3009 authorization that pays a `created` intent.
@@ -68,15 +50,6 @@ pub async fn authorization(
     let mut conn = pool.acquire().await?;
     let authorization = payments::authorization(&mut conn, &chains, &merchant, &id).await?;
     Ok(Json(AuthorizationDocument::of(&authorization)))
-}
-
-/// The confirm request: the payer's signature of the authorization's digest.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConfirmRequest {
-    /// `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2).
-    #[schema(pattern = "^0x[0-9a-fA-F]{130}$")]
-    pub signature: String,
 }
 
 /// Confirm a `created` intent with the payer's signature: it becomes `processing` and its

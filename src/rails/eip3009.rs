@@ -1,75 +1,58 @@
-//! Paying an intent by EIP-3009 authorization: which intents may be paid, the document the payer
-//! signs, the confirm that checks the signature and queues the submission in the caller's
-//! transaction, and the submission kind that says when it is no longer wanted. Routes call these, and so will every other way a payer reaches us (a checkout
-//! page, an x402 facilitator), so each rule is in one place (`docs/settlement.md`).
+//! What every EIP-3009 authorization of ours shares, whichever way to pay has it signed (an
+//! intent's payer, a refund's merchant, an x402 client): its terms under the token's EIP-712
+//! domain, the document and the confirm's request, the proof that the authorizer signed it (a key,
+//! or a contract wallet through ERC-1271), its submission to the outbox, and the logs that show its
+//! nonce used (`docs/settlement.md`).
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::{
+    primitives::{Address, B256, U256},
+    providers::Provider,
+    rpc::types::Log,
+    sol_types::SolEvent,
+};
+use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
+use utoipa::ToSchema;
 
 use super::{
     Chains,
-    outbox::{self, BoxFuture, Hold, NewSubmission, SubmissionKind, Wanted},
+    evm::{
+        authorization::{self, Authorization, PayerProof, PayerSignature, WalletAnswer},
+        token::{Eip3009, TokenSupport},
+    },
+    follower::{FollowError, Interest},
+    outbox::{self, NewSubmission},
+    rpc::{ChainError, Node},
     tokens::{self, ResolveError},
 };
-use crate::{
-    auth::MerchantId,
-    chain::{
-        authorization::{self, Authorization, PayerProof, PayerSignature, WalletAnswer},
-        token::TokenSupport,
-    },
-    error::ApiError,
-    intents::{
-        domain::{self, IntentId, PaymentMethod},
-        repo::{self, PaymentIntent, TransitionError},
-        state::{Action, Actor, IntentState},
-    },
-};
+use crate::{config::ChainEndpoint, error::ApiError};
 
-/// The authorization that pays the merchant's intent `raw_id`, if it can be paid now.
-pub async fn authorization(
-    conn: &mut PgConnection,
-    chains: &Chains,
-    merchant: &MerchantId,
-    raw_id: &str,
-) -> Result<Authorization, ApiError> {
-    let intent = payable(conn, chains, merchant, raw_id).await?;
-    Ok(authorization_of(conn, chains, &intent).await?.0)
+/// What the authorizer signs: the payer to pay an intent, the merchant to refund one.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuthorizationDocument {
+    /// The EIP-712 document exactly as `eth_signTypedData_v4` takes it.
+    #[schema(value_type = Object)]
+    pub typed_data: serde_json::Value,
+    /// Its EIP-712 digest, `0x` + 64 hex digits.
+    pub digest: String,
 }
 
-/// Confirms the intent with the payer's `signature` of its authorization: `created` →
-/// `processing` and the submission queued, both in `tx`, or nothing. `actor` is who sent it (the
-/// merchant, or the payer through the checkout page).
-pub async fn confirm(
-    tx: &mut PgConnection,
-    chains: &Chains,
-    merchant: &MerchantId,
-    raw_id: &str,
-    signature: &str,
-    actor: &Actor,
-) -> Result<PaymentIntent, ApiError> {
-    let intent = payable(tx, chains, merchant, raw_id).await?;
-    let (authorization, token) = authorization_of(tx, chains, &intent).await?;
-    let proof = authorizer_proof(
-        chains,
-        &intent.chain,
-        &authorization,
-        &token,
-        signature,
-        "payer",
-    )
-    .await?;
-    let confirmed = repo::apply_paid(
-        tx,
-        merchant.as_str(),
-        &intent.id,
-        Action::Confirm,
-        actor,
-        None,
-    )
-    .await
-    .map_err(|e| transition_error(&intent.id, e))?;
-    queue_authorization(tx, KIND, &intent.id, &authorization, &proof).await?;
-    Ok(confirmed)
+impl AuthorizationDocument {
+    pub fn of(authorization: &Authorization) -> Self {
+        Self {
+            typed_data: authorization.typed_data(),
+            digest: authorization.digest().to_string(),
+        }
+    }
+}
+
+/// A confirm: the authorizer's signature of the authorization's digest.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmRequest {
+    /// `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2).
+    #[schema(pattern = "^0x[0-9a-fA-F]{130}$")]
+    pub signature: String,
 }
 
 /// Whether `signature` is the authorizer's (`who`: the payer of an intent, the merchant of a
@@ -140,7 +123,7 @@ pub async fn authorizer_proof(
 /// a revert for another reason (a short balance, a used nonce) is not the signature's fault, and
 /// is left to the checks and the relayer that look at those.
 async fn token_takes_contract_signature(
-    node: &crate::chain::rpc::Node,
+    node: &crate::rails::rpc::Node,
     chain: &str,
     authorization: &Authorization,
     bytes: alloy::primitives::Bytes,
@@ -192,57 +175,6 @@ pub fn served(chains: &Chains, chain: &str, what: &str) -> Result<(), ApiError> 
     Err(ApiError::ChainNotSettled(format!(
         "{what}: this server does not settle {chain} ({why}), so it cannot be paid through it"
     )))
-}
-
-/// The intent, if it can be paid by authorization now: it exists, is `created`, and its chain is
-/// settled here.
-async fn payable(
-    conn: &mut PgConnection,
-    chains: &Chains,
-    merchant: &MerchantId,
-    raw_id: &str,
-) -> Result<PaymentIntent, ApiError> {
-    let not_found = || ApiError::NotFound("no payment intent with that id".to_owned());
-    let id = IntentId::parse(raw_id).ok_or_else(not_found)?;
-    let intent = repo::find(conn, merchant, &id)
-        .await?
-        .ok_or_else(not_found)?;
-    if intent.payment_method != PaymentMethod::Authorization {
-        return Err(ApiError::InvalidRequest(format!(
-            "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
-            intent.id
-        )));
-    }
-    if intent.state != IntentState::Created {
-        return Err(ApiError::InvalidStateTransition(format!(
-            "payment intent {}: a {} payment intent cannot be paid",
-            intent.id, intent.state
-        )));
-    }
-    served(
-        chains,
-        &intent.chain,
-        &format!("payment intent {}", intent.id),
-    )?;
-    Ok(intent)
-}
-
-/// The authorization that pays `intent`, under its token's EIP-712 domain, and what the token is.
-async fn authorization_of(
-    conn: &mut PgConnection,
-    chains: &Chains,
-    intent: &PaymentIntent,
-) -> Result<(Authorization, TokenSupport), ApiError> {
-    let terms = Terms {
-        chain: &intent.chain,
-        token: &intent.token,
-        from: intent.payer.as_deref().unwrap_or_default(),
-        to: &intent.merchant,
-        value: &intent.amount,
-        valid_before: valid_before(intent.expires_at),
-        nonce: domain::chain_nonce(&intent.id),
-    };
-    authorization_for(conn, chains, &terms).await
 }
 
 /// What an EIP-3009 authorization of ours moves, as stored: on which chain, in which token, from
@@ -315,9 +247,6 @@ pub fn valid_before(expires_at: time::OffsetDateTime) -> u64 {
     expires_at.unix_timestamp().max(0) as u64
 }
 
-/// The outbox kind of an intent's payment: its subject is the intent's id.
-pub const KIND: &str = "intent_payment";
-
 /// Queues the submission of a signed `authorization` of `kind` about `subject`, in the caller's
 /// transaction.
 pub async fn queue_authorization(
@@ -344,82 +273,79 @@ pub fn dedupe_key(token: Address, authorizer: Address, nonce: B256) -> String {
     format!("{token}:{authorizer}:{nonce}")
 }
 
-/// An intent's payment is wanted while the intent is `processing`: once the payment watch (or
-/// expiry) moved it, there is nothing left to send.
-pub struct IntentPayment;
+/// A token's `Transfer`, as an observation keeps it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Transfer {
+    pub from: String,
+    pub to: String,
+    pub value: String,
+}
 
-impl SubmissionKind for IntentPayment {
-    fn name(&self) -> &'static str {
-        KIND
-    }
-
-    fn still_wanted<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        subject: &'a str,
-    ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
-        Box::pin(async move {
-            let state = sqlx::query_scalar!(
-                r#"SELECT state AS "state: IntentState" FROM payment_intents WHERE id = $1"#,
-                subject
-            )
-            .fetch_optional(conn)
-            .await?;
-            Ok(match state {
-                Some(IntentState::Processing) => Wanted::Yes,
-                Some(other) => Wanted::No(format!("intent_{other}")),
-                None => Wanted::No("intent_missing".to_owned()),
-            })
-        })
-    }
-
-    /// The intent says why it waits (`pending_reason`, an event once per change).
-    fn held<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        subject: &'a str,
-        hold: Hold,
-    ) -> BoxFuture<'a, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let intent = sqlx::query!(
-                r#"SELECT merchant_id, state AS "state: IntentState", pending_reason
-                     FROM payment_intents WHERE id = $1"#,
-                subject
-            )
-            .fetch_optional(&mut *conn)
-            .await?;
-            let Some(intent) = intent else { return Ok(()) };
-            if intent.state != IntentState::Processing
-                || intent.pending_reason.as_deref() == Some(hold.code())
-            {
-                return Ok(());
-            }
-            let moved = repo::apply_with(
-                conn,
-                &intent.merchant_id,
-                subject,
-                Action::Hold,
-                &Actor::Chain,
-                None,
-                Some(hold.code()),
-            )
-            .await;
-            match moved {
-                Ok(_) | Err(TransitionError::NotFound | TransitionError::Forbidden { .. }) => {
-                    Ok(())
-                }
-                Err(TransitionError::Database(e)) => Err(e),
-            }
-        })
+impl Transfer {
+    /// Whether it moved exactly `value` from `from` to `to`.
+    pub fn moves(&self, from: &str, to: &str, value: &str) -> bool {
+        self.from == from && self.to == to && self.value == value
     }
 }
 
-fn transition_error(id: &str, error: TransitionError) -> ApiError {
-    match error {
-        TransitionError::NotFound => ApiError::NotFound(format!("no payment intent {id}")),
-        e @ TransitionError::Forbidden { .. } => {
-            ApiError::InvalidStateTransition(format!("payment intent {id}: {e}"))
-        }
-        TransitionError::Database(e) => e.into(),
+/// What the same transaction's next `Transfer` of the token after the nonce use `log` moved:
+/// the transfer that `transferWithAuthorization` makes right after it announces the use.
+pub async fn transfer_after(node: &Node, log: &Log) -> Result<Option<Transfer>, FollowError> {
+    let (Some(tx_hash), Some(log_index)) = (log.transaction_hash, log.log_index) else {
+        return Ok(None);
+    };
+    let receipt = node
+        .get_transaction_receipt(tx_hash)
+        .await?
+        .ok_or_else(|| ChainError::Refused(format!("no receipt for {tx_hash}")))?;
+    Ok(receipt
+        .inner
+        .logs()
+        .iter()
+        .filter(|l| l.address() == log.address() && l.log_index.is_some_and(|i| i > log_index))
+        .find_map(|l| Eip3009::Transfer::decode_log_data(l.data()).ok())
+        .map(|t| Transfer {
+            from: t.from.to_checksum(None),
+            to: t.to.to_checksum(None),
+            value: t.value.to_string(),
+        }))
+}
+
+/// The authorizer, nonce and kind (`used` or `canceled`) of an EIP-3009 nonce log, if it is one.
+pub fn nonce_log<'k>(
+    log: &Log,
+    used: &'k str,
+    canceled: &'k str,
+) -> Option<(&'k str, alloy::primitives::Address, alloy::primitives::B256)> {
+    if let Ok(e) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) {
+        Some((used, e.authorizer, e.nonce))
+    } else if let Ok(e) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {
+        Some((canceled, e.authorizer, e.nonce))
+    } else {
+        None
     }
+}
+
+/// What the follower looks for on behalf of every EIP-3009 authorization of ours: nonce uses
+/// and cancellations of the tokens read on the chain.
+pub async fn nonce_interest(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+) -> Result<Interest, sqlx::Error> {
+    // Every token an authorization was built for was read and stored first. A token stays of
+    // interest once read, whatever a later reading says: a node that briefly answers "no code", or
+    // an upgrade, must not let the follower pass blocks without looking at the token's logs.
+    let tokens = sqlx::query_scalar!(
+        "SELECT address FROM chain_tokens WHERE chain_id = $1",
+        chain.id as i64,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(Interest {
+        addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
+        events: vec![
+            Eip3009::AuthorizationUsed::SIGNATURE_HASH,
+            Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
+        ],
+    })
 }

@@ -1,6 +1,6 @@
 //! Deposit addresses (`docs/settlement.md`, "Deposit addresses"): an intent paid by plain
 //! transfers of its token, from anyone, to an address of its own. The address is its forwarder's
-//! (`chain::deposit`), computed when the intent is made; nothing is deployed until money is there,
+//! (`rails::evm::deposit`), computed when the intent is made; nothing is deployed until money is there,
 //! and what reaches it can only leave for the merchant.
 //!
 //! - `watch`: what the follower looks for (transfers to and from deposit addresses), and what a

@@ -7,7 +7,7 @@ use alloy::{
     sol_types::Eip712Domain,
 };
 
-use super::rpc::{ChainError, Node};
+use crate::rails::rpc::{ChainError, Node};
 
 /// The bindings `sol!` generates from the artifact (its functions take every ABI argument).
 #[allow(clippy::too_many_arguments)]

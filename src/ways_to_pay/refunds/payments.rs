@@ -1,7 +1,7 @@
 //! The rules of a refund (`docs/refunds.md`): which intents can be refunded and how much, the
 //! authorization the merchant signs (from the address the intent paid, to its payer), and the
 //! confirm that checks the signature and queues the transfer in the caller's transaction, through
-//! the same pieces as an intent's payment (`settlement::payments`).
+//! the same pieces as an intent's payment (`ways_to_pay::authorization::payments`).
 
 use sqlx::PgConnection;
 
@@ -12,16 +12,16 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
-    chain::authorization::Authorization,
     error::ApiError,
     intents::{
         domain::{IntentId, PaymentMethod},
         repo as intents,
     },
-    settlement::{
+    rails::{
         Chains,
+        eip3009::{self, Terms},
+        evm::authorization::Authorization,
         outbox::{BoxFuture, Hold, SubmissionKind, Wanted},
-        payments::{self, Terms},
     },
 };
 
@@ -47,7 +47,7 @@ pub async fn create(
         )));
     }
     // The refund is paid on the intent's chain, so this server must settle it.
-    payments::served(
+    eip3009::served(
         chains,
         &intent.chain,
         &format!("payment intent {}", intent.id),
@@ -88,7 +88,7 @@ pub async fn confirm(
 ) -> Result<Refund, ApiError> {
     let refund = signable(tx, chains, merchant, raw_id).await?;
     let (authorization, token) = authorization_of(tx, chains, &refund).await?;
-    let proof = payments::authorizer_proof(
+    let proof = eip3009::authorizer_proof(
         chains,
         &refund.chain,
         &authorization,
@@ -100,7 +100,7 @@ pub async fn confirm(
     let confirmed = repo::apply(tx, merchant.as_str(), &refund.id, Action::Confirm, None)
         .await
         .map_err(|e| transition_error(&refund.id, e))?;
-    payments::queue_authorization(tx, KIND, &refund.id, &authorization, &proof).await?;
+    eip3009::queue_authorization(tx, KIND, &refund.id, &authorization, &proof).await?;
     Ok(confirmed)
 }
 
@@ -122,7 +122,7 @@ async fn signable(
             refund.id, refund.state
         )));
     }
-    payments::served(chains, &refund.chain, &format!("refund {}", refund.id))?;
+    eip3009::served(chains, &refund.chain, &format!("refund {}", refund.id))?;
     Ok(refund)
 }
 
@@ -131,17 +131,17 @@ async fn authorization_of(
     conn: &mut PgConnection,
     chains: &Chains,
     refund: &Refund,
-) -> Result<(Authorization, crate::chain::token::TokenSupport), ApiError> {
+) -> Result<(Authorization, crate::rails::evm::token::TokenSupport), ApiError> {
     let terms = Terms {
         chain: &refund.chain,
         token: &refund.token,
         from: &refund.merchant,
         to: &refund.payer,
         value: &refund.amount,
-        valid_before: payments::valid_before(refund.expires_at),
+        valid_before: eip3009::valid_before(refund.expires_at),
         nonce: super::domain::chain_nonce(&refund.id),
     };
-    payments::authorization_for(conn, chains, &terms).await
+    eip3009::authorization_for(conn, chains, &terms).await
 }
 
 fn transition_error(id: &str, error: TransitionError) -> ApiError {

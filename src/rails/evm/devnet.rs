@@ -32,7 +32,7 @@ pub const MINTED_EACH: u64 = 1_000_000_000_000;
 pub struct Devnet {
     pub token: Address,
     pub usdc: Address,
-    /// The factory of deposit addresses (`chain::deposit`).
+    /// The factory of deposit addresses (`rails::evm::deposit`).
     pub deposit_factory: Address,
     pub deployed_now: bool,
 }

@@ -12,8 +12,8 @@ use alloy::{eips::BlockNumberOrTag, primitives::B256, providers::Provider};
 use tokio::sync::Notify;
 
 use crate::{
-    chain::rpc::Node,
     config::ChainEndpoint,
+    rails::rpc::Node,
     workers::{Failed, Next, Worker},
 };
 

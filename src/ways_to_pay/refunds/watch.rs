@@ -1,5 +1,5 @@
 //! The refund watch: what the follower looks for on behalf of refunds (`docs/refunds.md`). The
-//! same logs as the payment watch (`settlement::watch`): a use of a refund's nonce by the
+//! same logs as the payment watch (`ways_to_pay::authorization::watch`): a use of a refund's nonce by the
 //! merchant's address settles the refund if the same transaction's transfer paid the payer back,
 //! and fails it otherwise; a cancellation fails it; a confirmed block's time expires it.
 
@@ -13,14 +13,14 @@ use super::{
     state::Action,
 };
 use crate::{
-    chain::{
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
-        rpc::Node,
-    },
     config::ChainEndpoint,
     intents::repo::Settlement,
     ledger,
-    settlement::watch::{Transfer, nonce_interest, nonce_log, transfer_after},
+    rails::{
+        eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
+        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        rpc::Node,
+    },
     telemetry::metrics as names,
 };
 
