@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use payments_api::{
     extract::parse_json,
     idempotency::{Fingerprint, IdempotencyKey},
-    intents::{domain::Address, handlers::CreateIntentRequest},
+    intents::{domain::Address, routes::CreateIntentRequest},
 };
 
 fuzz_target!(|data: &[u8]| {
