@@ -1,5 +1,5 @@
 //! Extractors every capability's handlers use, with rejections in the API's error format. (The
-//! request's transaction is extracted with [`crate::db::Tx`].)
+//! request's transaction is extracted with [`crate::idempotency::Tx`].)
 
 use axum::{
     body::Bytes,

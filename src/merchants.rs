@@ -8,9 +8,10 @@ use utoipa::ToSchema;
 
 use crate::{
     auth::MerchantId,
-    db::{Pool, Tx},
+    db::Pool,
     error::{ApiError, ErrorBody},
     extract::JsonBody,
+    idempotency::Tx,
 };
 
 pub fn router() -> Router<Pool> {

@@ -16,10 +16,12 @@ node_suite_psql() {
 # Drops this run's databases and those of runs whose shell is gone.
 node_suite_drop_databases() {
   local name pid
-  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^[a-z0-9]+_run[0-9]+_'" 2>/dev/null |
+  # `<suite>_run<pid>_<ms>`, and `<suite>_<pid>_<ms>` as older runs named them.
+  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^(checkout|x402)_(run)?[0-9]+_[0-9]+$'" 2>/dev/null |
     while read -r name; do
       [[ -n $name ]] || continue
-      pid=${name#*_run}
+      pid=${name#*_}
+      pid=${pid#run}
       pid=${pid%%_*}
       if [[ run$pid == "$node_suite_run" ]] || ! kill -0 "$pid" 2>/dev/null; then
         node_suite_psql -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null 2>&1 || true

@@ -28,9 +28,10 @@ use super::{
     view::{self, CheckoutView},
 };
 use crate::{
-    db::{Pool, Tx},
+    db::Pool,
     error::{ApiError, ErrorBody},
     extract::JsonBody,
+    idempotency::Tx,
     idempotency::{IdempotencyState, idempotency_layer},
     intents::state::Actor,
     rails::{

@@ -17,13 +17,11 @@ use super::{
     Fingerprint, IdempotencyKey, Scope, StoredResponse,
     phases::{Phases, is_provisional},
     store::{self, Claim, Incomplete, Lease, LeaseToken},
+    transaction::{Checkpoint, RequestTransaction, Taken},
 };
 use crate::{
     config::IdempotencySettings,
-    db::{
-        Checkpoint, OpenTransaction, Pool, PooledConnection, RequestTransaction, Taken,
-        transaction::CommitError,
-    },
+    db::{CommitError, OpenTransaction, Pool, PooledConnection},
     deadline::Deadline,
     error::ApiError,
     extract::whole_body,

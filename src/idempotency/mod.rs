@@ -6,6 +6,8 @@
 //! - `store`: claim / complete / release on `idempotency_keys`
 //! - `stored`: a handler's answer as it is stored and replayed
 //! - `phases`: atomic phases of one request, their recovery points, and "not yet" answers
+//! - `transaction`: the request's transaction, which the layer opens and ends and a handler
+//!   writes through (`Tx`)
 //! - `layer`: the middleware that ties them to a request's transaction
 //! - `routes`: `GET /v1/idempotency_keys/{key}`, reconciliation for clients whose retries ran out
 
@@ -16,6 +18,7 @@ mod phases;
 pub mod routes;
 mod store;
 mod stored;
+pub mod transaction;
 
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
@@ -24,6 +27,7 @@ pub use phases::{Phases, Provisional, is_provisional, provisional};
 pub use routes::router;
 pub use store::{Claim, Lease, LeaseToken, completion_statement, delete_expired};
 pub use stored::StoredResponse;
+pub use transaction::{Checkpoint, Phase, RequestTransaction, Taken, Tx};
 
 /// Whose keys these are: the authenticated merchant. Keys are unique only within a
 /// scope, and the scope comes from credentials, never from the body, so nobody can read or block

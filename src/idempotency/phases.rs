@@ -6,8 +6,9 @@ use axum::{extract::FromRequestParts, http::request::Parts, response::Response};
 
 use super::IdempotencyKey;
 use crate::{
-    db::{Phase, Tx, transaction::CommitError},
+    db::CommitError,
     error::ApiError,
+    idempotency::{Phase, Tx},
 };
 
 /// What a handler knows of its request's phases: its key, if it has one, and the recovery point an

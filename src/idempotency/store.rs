@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::PgConnection;
 
 use super::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
-use crate::db::{OpenTransaction, transaction::CommitError};
+use crate::db::{CommitError, OpenTransaction};
 
 /// What the claim decided for one `(scope, key, fingerprint)`.
 #[derive(Debug)]

@@ -22,9 +22,10 @@ use super::{
 use crate::{
     auth::MerchantId,
     config::ChainEndpoint,
-    db::{Pool, Tx},
+    db::Pool,
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
+    idempotency::Tx,
     rails::evm::deposit,
 };
 

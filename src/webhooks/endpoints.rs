@@ -19,10 +19,10 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
-    db::Tx,
     error::{ApiError, ErrorBody},
     events,
     extract::{JsonBody, PathParam},
+    idempotency::Tx,
     ids,
 };
 

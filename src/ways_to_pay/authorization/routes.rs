@@ -4,9 +4,10 @@
 use super::payments;
 use crate::{
     auth::MerchantId,
-    db::{Pool, Tx},
+    db::Pool,
     error::{ApiError, ErrorBody},
     extract::{JsonBody, PathParam},
+    idempotency::Tx,
     intents::{repo::PaymentIntent, state::Actor},
     rails::{
         Chains,

@@ -19,9 +19,10 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
-    db::{Pool, Tx},
+    db::Pool,
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit},
+    idempotency::Tx,
     intents::domain::{Amount, ExpiresIn, IntentId},
     rails::{
         Chains,

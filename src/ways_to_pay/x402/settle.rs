@@ -25,9 +25,10 @@ use tokio::time::Instant;
 use super::exact_evm::{self, Checked, Eip3009Payload, Request};
 use crate::{
     auth::MerchantId,
-    db::{Pool, Tx},
+    db::Pool,
     deadline::Deadline,
     error::ApiError,
+    idempotency::Tx,
     idempotency::{Phases, provisional},
     intents::{
         domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
