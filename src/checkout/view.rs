@@ -60,6 +60,9 @@ pub struct CheckoutView {
     pub pending_reason: Option<String>,
     /// The transaction that paid it, once confirmed.
     pub transaction_hash: Option<String>,
+    /// Base units refunded to the payer so far (refunds that succeeded on chain).
+    #[schema(example = "0")]
+    pub amount_refunded: String,
 }
 
 /// An intent row as [`find`] reads it, with its token's units.
@@ -81,6 +84,7 @@ struct Row {
     failure_reason: Option<String>,
     pending_reason: Option<String>,
     transaction_hash: Option<String>,
+    amount_refunded: String,
     symbol: Option<String>,
     decimals: Option<i16>,
     read: bool,
@@ -99,7 +103,7 @@ pub async fn find(
                p.payer, p.payment_method AS "payment_method: PaymentMethod", p.deposit_address,
                p.amount_received::text AS "amount_received!", p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
                p.cancellation_reason, p.failure_reason, p.pending_reason,
-               p.settlement->>'transaction_hash' AS transaction_hash,
+               p.settlement->>'transaction_hash' AS transaction_hash, p.amount_refunded::text AS "amount_refunded!",
                t.symbol AS "symbol?", t.decimals AS "decimals?", t.address IS NOT NULL AS "read!"
           FROM payment_intents p
           LEFT JOIN merchants m ON m.id = p.merchant_id
@@ -143,6 +147,7 @@ pub async fn find(
             failure_reason: r.failure_reason,
             pending_reason: r.pending_reason,
             transaction_hash: r.transaction_hash,
+            amount_refunded: r.amount_refunded,
         };
         (view, r.read)
     }))

@@ -414,3 +414,57 @@ test("a deposit intent shows its address, the exact amount and a QR code, and fo
     deposits.stop();
   }
 });
+
+test("while the intent loads, the page says so instead of showing empty values", async () => {
+  const intent = await createIntent();
+  const { page, context } = await walletPage();
+  // The view's answer is held until the test has looked at the page without it.
+  let release;
+  const held = new Promise((resolve) => (release = resolve));
+  await page.route(`**/v1/checkout/${intent.id}`, async (route) => {
+    await held;
+    await route.continue();
+  });
+  await page.goto(intent.checkout_url);
+  await until("the loading note", async () => (await status(page).textContent()) === "Loading this payment…");
+  for (const field of ["#merchant", "#amount", "#chain", "#recipient", "#countdown"]) {
+    assert.equal((await page.locator(field).textContent()).trim(), "…", `${field} while loading`);
+  }
+  assert.equal(await page.locator("#connect").isDisabled(), true, "nothing to pay until it is known");
+  await accessible(page, "the loading page (en)");
+  await page.screenshot({ path: path.join(shots, "loading-en.png"), fullPage: true });
+  release();
+  await until("the amount", async () => (await page.locator("#amount").textContent()) === "25.00");
+  assert.equal(await status(page).textContent(), "Waiting for your payment.");
+  await context.close();
+});
+
+test("a refunded payment says what was refunded, not just Paid", async () => {
+  const intent = await createIntent();
+  const { page, context } = await walletPage();
+  await payThrough(page, intent);
+  await until("succeeded", async () => /^Paid\. Transaction/.test(await status(page).textContent()));
+
+  // A part, then the rest, refunded by the merchant's signed authorization.
+  const refund = async (amount, expected) => {
+    const created = await merchant("POST", `/v1/payment_intents/${intent.id}/refunds`, { amount });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const document = await merchant("GET", `/v1/refunds/${created.body.id}/authorization`);
+    assert.equal(document.status, 200, JSON.stringify(document.body));
+    const signature = await rpc("eth_signTypedData_v4", [MERCHANT, JSON.stringify(document.body.typed_data)]);
+    const confirmed = await merchant("POST", `/v1/refunds/${created.body.id}/confirm`, { signature });
+    assert.equal(confirmed.status, 200, JSON.stringify(confirmed.body));
+    await until("the refund on chain", async () => (await merchant("GET", `/v1/refunds/${created.body.id}`)).body.state === "succeeded");
+    await page.reload();
+    await until("the refund shown", async () => (await status(page).textContent()).startsWith(expected));
+  };
+  await refund("10000000", "Paid, and 10.00 dUSD of it refunded to you. Transaction 0x");
+  await accessible(page, "the partly refunded page (en)");
+  await shot(page, "refunded-part");
+  await refund("15000000", "Paid, and refunded to you in full (25.00 dUSD). Transaction 0x");
+  await page.locator('[data-lang="zh-TW"]').click();
+  await until("in Traditional Chinese", async () => (await status(page).textContent()).startsWith("已付款，並已全額退款給您（25.00 dUSD）"));
+  await accessible(page, "the refunded page (zh-TW)");
+  await shot(page, "refunded");
+  await context.close();
+});

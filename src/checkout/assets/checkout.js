@@ -34,6 +34,9 @@ const STRINGS = {
     processing: "Payment sent. Waiting for confirmation on chain…",
     pending: "Payment sent, but the token does not accept it yet: {reason}. It is retried until the request expires.",
     succeeded: "Paid. Transaction {hash}",
+    refunded_part: "Paid, and {refunded} of it refunded to you. Transaction {hash}",
+    refunded_all: "Paid, and refunded to you in full ({refunded}). Transaction {hash}",
+    loading: "Loading this payment…",
     failed: "This payment failed: {reason}.",
     canceled: "The merchant canceled this payment request.",
     expired: "This payment request expired.",
@@ -84,6 +87,9 @@ const STRINGS = {
     processing: "付款已送出，等待鏈上確認…",
     pending: "付款已送出，但代幣暫時不接受：{reason}。到期前會持續重試。",
     succeeded: "已付款。交易 {hash}",
+    refunded_part: "已付款，其中 {refunded} 已退款給您。交易 {hash}",
+    refunded_all: "已付款，並已全額退款給您（{refunded}）。交易 {hash}",
+    loading: "正在載入這筆付款…",
     failed: "付款失敗：{reason}。",
     canceled: "商家已取消這筆付款要求。",
     expired: "這筆付款要求已過期。",
@@ -232,16 +238,17 @@ function renderDeposit() {
 
 function renderStatus() {
   const status = $("status");
-  status.dataset.state = view ? stateName() : "unavailable";
+  status.dataset.state = view ? stateName() : statusOverride ? "unavailable" : "loading";
   if (statusOverride) {
     status.textContent = t(statusOverride[0], statusOverride[1]);
     return;
   }
   if (!view) {
-    status.textContent = "";
+    status.textContent = t("loading");
     return;
   }
   const state = stateName();
+  const refunded = BigInt(view.amount_refunded ?? "0");
   if (byDeposit() && state === "succeeded" && BigInt(view.amount_received) > BigInt(view.amount)) {
     const overpaid = (BigInt(view.amount_received) - BigInt(view.amount)).toString();
     status.textContent = t("deposit_overpaid", { overpaid: units(overpaid), hash: view.transaction_hash });
@@ -249,6 +256,12 @@ function renderStatus() {
     status.textContent = BigInt(view.amount_received) > 0n
       ? t("deposit_partial", { received: units(view.amount_received), amount: units(view.amount), due: units(due()) })
       : t("deposit_waiting");
+  } else if (state === "succeeded" && refunded > 0n) {
+    // What was paid stays paid; what came back is said, so "Paid" never hides a refund.
+    const received = BigInt(view.amount_received);
+    const paid = received > BigInt(view.amount) ? received : BigInt(view.amount);
+    const whole = refunded >= paid;
+    status.textContent = t(whole ? "refunded_all" : "refunded_part", { refunded: units(view.amount_refunded), hash: view.transaction_hash });
   } else if (state === "succeeded" || (state === "canceled" && view.transaction_hash)) {
     status.textContent = t("succeeded", { hash: view.transaction_hash });
   } else if (state === "processing" && view.pending_reason) {
