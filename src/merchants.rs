@@ -2,7 +2,7 @@
 //! (`{"display_name": "…"}`), the name its payers see on checkout pages (`docs/checkout.md`).
 //! Without one, pages show the merchant's id.
 
-use axum::{Extension, Json, Router, extract::State, routing::get};
+use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -14,7 +14,11 @@ use crate::{
     idempotency::Tx,
 };
 
-pub fn router() -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+{
     Router::new().route("/v1/merchant", get(show).post(update))
 }
 

@@ -9,7 +9,7 @@ use std::{convert::Infallible, num::NonZeroU32, sync::Arc, time::Duration};
 
 use axum::{
     Extension, Json, Router,
-    extract::{Path, State},
+    extract::{FromRef, Path, State},
     http::HeaderMap,
     middleware::from_fn_with_state,
     response::{
@@ -49,18 +49,28 @@ const STREAM_FOR: Duration = Duration::from_secs(60);
 /// How often an open stream reads its intent even without a notification.
 const STREAM_POLL: Duration = Duration::from_secs(5);
 
+/// How many confirms of one intent a replica's checkout pages take a minute.
+#[derive(Clone)]
+pub struct ConfirmLimiter(Arc<DefaultKeyedRateLimiter<String>>);
+
+impl Default for ConfirmLimiter {
+    fn default() -> Self {
+        Self(Arc::new(RateLimiter::keyed(Quota::per_minute(
+            NonZeroU32::new(CONFIRMS_PER_MINUTE).expect("not zero"),
+        ))))
+    }
+}
+
 /// The page, its assets and its API. `idempotency` and `deadline` are the layers the merchant API
 /// has, in the same order.
-pub fn router(
-    chains: Chains,
-    changes: Changes,
-    idempotency: IdempotencyState,
-    pool: Pool,
-    request_timeout: Duration,
-) -> Router<Pool> {
-    let limiter: Arc<DefaultKeyedRateLimiter<String>> = Arc::new(RateLimiter::keyed(
-        Quota::per_minute(NonZeroU32::new(CONFIRMS_PER_MINUTE).expect("not zero")),
-    ));
+pub fn router<S>(idempotency: IdempotencyState, pool: Pool, request_timeout: Duration) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Chains: FromRef<S>,
+    Changes: FromRef<S>,
+    ConfirmLimiter: FromRef<S>,
+{
     let api = Router::new()
         .route("/v1/checkout/{id}", get(show))
         .route("/v1/checkout/{id}/authorization", get(authorization))
@@ -71,10 +81,7 @@ pub fn router(
         .route_layer(from_fn_with_state(
             request_timeout,
             crate::deadline::enforce,
-        ))
-        .layer(Extension(chains))
-        .layer(Extension(changes))
-        .layer(Extension(limiter));
+        ));
     Router::new()
         .route("/checkout/{id}", get(document))
         .route("/checkout/assets/{name}", get(asset))
@@ -144,7 +151,7 @@ async fn current(
 )]
 pub async fn show(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(access): Extension<CheckoutAccess>,
 ) -> Result<Json<CheckoutView>, ApiError> {
     let mut conn = pool.acquire().await?;
@@ -168,7 +175,7 @@ pub async fn show(
 )]
 pub async fn authorization(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(access): Extension<CheckoutAccess>,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
     let mut conn = pool.acquire().await?;
@@ -198,9 +205,9 @@ pub async fn authorization(
     )
 )]
 pub async fn confirm(
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(access): Extension<CheckoutAccess>,
-    Extension(limiter): Extension<Arc<DefaultKeyedRateLimiter<String>>>,
+    State(ConfirmLimiter(limiter)): State<ConfirmLimiter>,
     mut tx: Tx,
     JsonBody(request): JsonBody<ConfirmRequest>,
 ) -> Result<Json<CheckoutView>, ApiError> {
@@ -248,8 +255,8 @@ type Shown = (i32, Option<String>, (String, Option<u64>));
 )]
 pub async fn events(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
-    Extension(changes): Extension<Changes>,
+    State(chains): State<Chains>,
+    State(changes): State<Changes>,
     Extension(access): Extension<CheckoutAccess>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     struct Following {

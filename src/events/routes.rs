@@ -1,7 +1,7 @@
 //! `GET /v1/events`, `GET /v1/events/{id}` and `GET /v1/events/{id}/deliveries`: the merchant's own
 //! events only.
 
-use axum::{Extension, Json, Router, extract::State, routing::get};
+use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -14,7 +14,11 @@ use crate::{
     ids,
 };
 
-pub fn router() -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+{
     Router::new()
         .route("/v1/events", get(list))
         .route("/v1/events/{id}", get(show))

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use axum::{Extension, Json, response::IntoResponse};
+use axum::{Json, extract::State, response::IntoResponse};
 use serde_json::json;
 
 use crate::{
@@ -30,9 +30,9 @@ pub async fn healthz() -> impl IntoResponse {
     )
 )]
 pub async fn readyz(
-    Extension(Background(pool)): Extension<Background>,
-    Extension(bootstrap): Extension<Bootstrap>,
-    Extension(heartbeats): Extension<Heartbeats>,
+    State(Background(pool)): State<Background>,
+    State(bootstrap): State<Bootstrap>,
+    State(heartbeats): State<Heartbeats>,
 ) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
     let pending = tokio::time::timeout(Duration::from_secs(2), async {

@@ -4,10 +4,11 @@
 
 pub mod health;
 pub mod openapi;
+pub mod state;
 
 use axum::{
-    Extension, Router,
-    extract::DefaultBodyLimit,
+    Router,
+    extract::{DefaultBodyLimit, State},
     http::HeaderName,
     middleware::{from_fn, from_fn_with_state},
     routing::{any, get},
@@ -18,18 +19,24 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use crate::{
     auth, checkout,
     config::Settings,
-    db::Pool,
+    db::{Background, Pool},
     deadline,
     error::ApiError,
     events,
     idempotency::{self, IdempotencyState, idempotency_layer},
-    intents, ledger, merchants, rails,
+    intents::{
+        self,
+        routes::{PublicBaseUrl, SettledChains},
+    },
+    ledger, merchants, rails,
     telemetry::{self, metrics},
     tenants,
     ways_to_pay::{authorization, refunds, x402},
     webhooks,
     workers::Heartbeats,
 };
+
+pub use state::AppState;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -66,13 +73,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     // route_layer: later layers wrap earlier ones, so the deadline covers everything,
     // authentication runs first, then the merchant's limits and its turn at the database, before
     // the idempotency layer ever reads a key (a refused request leaves no record).
-    let checkout = checkout::router(
-        chains.clone(),
-        changes,
-        idempotency.clone(),
-        pool.clone(),
-        settings.request_timeout,
-    );
+    let checkout = checkout::router(idempotency.clone(), pool.clone(), settings.request_timeout);
     let authenticator = auth::Authenticator::new(pool.clone());
     // `DB_REQUEST_TURNS` `/v1` requests at once; x402's settle waits for its block without a
     // connection, so it takes no turn (`docs/design.md`).
@@ -86,31 +87,28 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
     };
-    let api = intents::router(
-        settings.settlement.chains.clone(),
-        &settings.public_base_url,
-    )
-    .merge(authorization::routes::router(chains.clone()))
-    .merge(refunds::router(chains.clone()))
-    .merge(merchants::router())
-    .merge(ledger::router())
-    .merge(idempotency::router())
-    .merge(events::router())
-    .merge(webhooks::router(pool.clone(), settings.webhooks))
-    .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
-    .route_layer(from_fn_with_state(turns, tenants::take_turn))
-    .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
-    .route_layer(from_fn_with_state(
-        authenticator.clone(),
-        auth::require_merchant,
-    ))
-    .route_layer(from_fn_with_state(
-        settings.request_timeout,
-        deadline::enforce,
-    ));
+    let api = intents::router()
+        .merge(authorization::routes::router())
+        .merge(refunds::router())
+        .merge(merchants::router())
+        .merge(ledger::router())
+        .merge(idempotency::router())
+        .merge(events::router())
+        .merge(webhooks::router())
+        .route_layer(from_fn_with_state(idempotency.clone(), idempotency_layer))
+        .route_layer(from_fn_with_state(turns, tenants::take_turn))
+        .route_layer(from_fn_with_state(limiter.clone(), tenants::limit))
+        .route_layer(from_fn_with_state(
+            authenticator.clone(),
+            auth::require_merchant,
+        ))
+        .route_layer(from_fn_with_state(
+            settings.request_timeout,
+            deadline::enforce,
+        ));
     // The x402 facilitator: the merchant's key and limits, the deadline; only settle is
     // idempotent (`docs/x402.md`).
-    let x402 = x402::router(chains.clone(), idempotency.clone())
+    let x402 = x402::router(idempotency.clone())
         .route_layer(from_fn_with_state(limiter, tenants::limit))
         .route_layer(from_fn_with_state(
             authenticator.clone(),
@@ -131,11 +129,23 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics_page))
-        .route("/openapi.json", get(openapi::openapi_json))
-        .layer(Extension(crate::db::Background(background)))
-        .layer(Extension(bootstrap))
-        .layer(Extension(heartbeats))
-        .layer(Extension(request_turns));
+        .route("/openapi.json", get(openapi::openapi_json));
+    let state = AppState {
+        pool: pool.clone(),
+        background: Background(background),
+        chains,
+        bootstrap,
+        heartbeats,
+        changes,
+        checkout_confirms: checkout::routes::ConfirmLimiter::default(),
+        turns: request_turns,
+        settled_chains: SettledChains::new(settings.settlement.chains.clone()),
+        public_base_url: PublicBaseUrl::new(&settings.public_base_url),
+        webhooks: webhooks::WebhookState {
+            pool,
+            settings: settings.webhooks,
+        },
+    };
 
     Router::new()
         .merge(api)
@@ -145,7 +155,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         .merge(operations)
         .fallback(no_such_endpoint)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .with_state(pool)
+        .with_state(state)
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(from_fn(metrics::track))
         .layer(
@@ -158,9 +168,9 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
 
 /// `/metrics`, with the gauges only the router can read: the turns, and requests in line for one.
 async fn metrics_page(
-    Extension(turns): Extension<tenants::Turns>,
-    pool: axum::extract::State<Pool>,
-    background: Extension<crate::db::Background>,
+    State(turns): State<tenants::Turns>,
+    pool: State<Pool>,
+    background: State<Background>,
 ) -> axum::response::Response {
     ::metrics::gauge!(tenants::turns::TURNS_WAITING).set(turns.waiting() as f64);
     ::metrics::gauge!(tenants::turns::TURN_COUNT).set(turns.count() as f64);

@@ -1,6 +1,6 @@
 //! Reconciliation for clients whose retries ran out: what happened to my key?
 
-use axum::{Extension, Json, Router, extract::State, routing::get};
+use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -11,7 +11,11 @@ use crate::{
     extract::PathParam,
 };
 
-pub fn router() -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+{
     Router::new().route("/v1/idempotency_keys/{key}", get(show))
 }
 

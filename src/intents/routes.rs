@@ -4,7 +4,7 @@
 use axum::{
     Extension, Json, Router,
     body::Bytes,
-    extract::State,
+    extract::{FromRef, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -29,24 +29,39 @@ use crate::{
     rails::evm::deposit,
 };
 
-/// `settled_chains`: with settlement on, the only chains an intent may name (and their deposit
-/// factories); `public_base_url`: where checkout pages are.
-pub fn router(settled_chains: Vec<ChainEndpoint>, public_base_url: &str) -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    SettledChains: FromRef<S>,
+    PublicBaseUrl: FromRef<S>,
+{
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
         .route("/v1/payment_intents/{id}", get(show))
         .route("/v1/payment_intents/{id}/cancel", post(cancel))
-        .layer(Extension(SettledChains(Arc::new(settled_chains))))
-        .layer(Extension(PublicBaseUrl(Arc::from(public_base_url))))
 }
 
 /// `PUBLIC_BASE_URL`, which an intent's `checkout_url` starts with.
 #[derive(Clone)]
 pub struct PublicBaseUrl(Arc<str>);
 
-/// The chains settlement serves; empty when it is off.
+impl PublicBaseUrl {
+    pub fn new(url: &str) -> Self {
+        Self(Arc::from(url))
+    }
+}
+
+/// With settlement on, the only chains an intent may name (and their deposit factories); empty
+/// when it is off.
 #[derive(Clone)]
 pub struct SettledChains(Arc<Vec<ChainEndpoint>>);
+
+impl SettledChains {
+    pub fn new(chains: Vec<ChainEndpoint>) -> Self {
+        Self(Arc::new(chains))
+    }
+}
 
 /// The create request. Unknown fields are rejected: a misspelt `expires_in_secs` must
 /// not silently become the default.
@@ -99,8 +114,8 @@ pub struct CreateIntentRequest {
 )]
 pub async fn create(
     Extension(merchant): Extension<MerchantId>,
-    Extension(SettledChains(settled)): Extension<SettledChains>,
-    Extension(PublicBaseUrl(base)): Extension<PublicBaseUrl>,
+    State(SettledChains(settled)): State<SettledChains>,
+    State(PublicBaseUrl(base)): State<PublicBaseUrl>,
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {

@@ -1,12 +1,16 @@
 //! `GET /v1/balances`: the merchant's settled totals per chain and token, from the ledger.
 
-use axum::{Extension, Json, Router, extract::State, routing::get};
+use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{auth::MerchantId, db::Pool, error::ApiError};
 
-pub fn router() -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+{
     Router::new().route("/v1/balances", get(balances))
 }
 

@@ -4,7 +4,6 @@
 use std::{sync::OnceLock, time::Instant};
 
 use axum::{
-    Extension,
     extract::{MatchedPath, Request, State},
     http::{StatusCode, header},
     middleware::Next,
@@ -95,7 +94,7 @@ pub async fn track(request: Request, next: Next) -> Response {
 )]
 pub async fn render(
     State(pool): State<Pool>,
-    Extension(Background(background)): Extension<Background>,
+    State(Background(background)): State<Background>,
 ) -> Response {
     for pool in [&pool, &background] {
         let (name, usage) = (pool.name(), pool.usage());

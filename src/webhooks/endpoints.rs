@@ -2,7 +2,7 @@
 
 use axum::{
     Extension, Json, Router,
-    extract::State,
+    extract::{FromRef, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -26,7 +26,11 @@ use crate::{
     ids,
 };
 
-pub fn router() -> Router<WebhookState> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    WebhookState: FromRef<S>,
+{
     Router::new()
         .route("/v1/webhook_endpoints", post(create).get(list))
         .route("/v1/webhook_endpoints/{id}", get(show).delete(remove))

@@ -12,17 +12,13 @@ pub mod delivery;
 pub mod endpoints;
 pub mod secret;
 
-use axum::Router;
-
 use crate::{config::WebhookSettings, db::Pool};
+
+pub use endpoints::router;
 
 /// What the endpoint routes need.
 #[derive(Clone)]
 pub struct WebhookState {
     pub pool: Pool,
     pub settings: WebhookSettings,
-}
-
-pub fn router(pool: Pool, settings: WebhookSettings) -> Router<Pool> {
-    endpoints::router().with_state(WebhookState { pool, settings })
 }

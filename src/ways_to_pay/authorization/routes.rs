@@ -16,15 +16,19 @@ use crate::{
 };
 use axum::{
     Extension, Json, Router,
-    extract::State,
+    extract::{FromRef, State},
     routing::{get, post},
 };
 
-pub fn router(chains: Chains) -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Chains: FromRef<S>,
+{
     Router::new()
         .route("/v1/payment_intents/{id}/authorization", get(authorization))
         .route("/v1/payment_intents/{id}/confirm", post(confirm))
-        .layer(Extension(chains))
 }
 
 /// The EIP-3009 authorization that pays a `created` intent.
@@ -44,7 +48,7 @@ pub fn router(chains: Chains) -> Router<Pool> {
 )]
 pub async fn authorization(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     PathParam(id): PathParam,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
@@ -71,7 +75,7 @@ pub async fn authorization(
     )
 )]
 pub async fn confirm(
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
     PathParam(id): PathParam,

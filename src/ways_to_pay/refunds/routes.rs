@@ -4,7 +4,7 @@
 
 use axum::{
     Extension, Json, Router,
-    extract::State,
+    extract::{FromRef, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -30,14 +30,18 @@ use crate::{
     },
 };
 
-pub fn router(chains: Chains) -> Router<Pool> {
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Chains: FromRef<S>,
+{
     Router::new()
         .route("/v1/payment_intents/{id}/refunds", post(create))
         .route("/v1/refunds", get(list))
         .route("/v1/refunds/{id}", get(show))
         .route("/v1/refunds/{id}/authorization", get(authorization))
         .route("/v1/refunds/{id}/confirm", post(confirm))
-        .layer(Extension(chains))
 }
 
 /// The refund request. Unknown fields are rejected.
@@ -74,7 +78,7 @@ pub struct CreateRefundRequest {
     )
 )]
 pub async fn create(
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
     PathParam(intent): PathParam,
@@ -207,7 +211,7 @@ pub async fn list(
 )]
 pub async fn authorization(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     PathParam(id): PathParam,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
@@ -234,7 +238,7 @@ pub async fn authorization(
     )
 )]
 pub async fn confirm(
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     mut tx: Tx,
     PathParam(id): PathParam,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use alloy::primitives::{Address, B256};
 use axum::{
     Extension, Json, Router,
-    extract::{Path, Query, State},
+    extract::{FromRef, Path, Query, State},
     middleware::from_fn_with_state,
     routing::{get, post},
 };
@@ -31,7 +31,12 @@ use crate::{
 
 /// `idempotency`: the layer's state for settle, whose key is optional whatever
 /// `IDEMPOTENCY_KEY_REQUIRED` says.
-pub fn router(chains: Chains, mut idempotency: IdempotencyState) -> Router<Pool> {
+pub fn router<S>(mut idempotency: IdempotencyState) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Chains: FromRef<S>,
+{
     idempotency.settings.key_required = false;
     let settle = post(settle::settle).layer(from_fn_with_state(idempotency, idempotency_layer));
     Router::new()
@@ -42,7 +47,6 @@ pub fn router(chains: Chains, mut idempotency: IdempotencyState) -> Router<Pool>
             "/x402/payments/{network}/{authorizer}/{nonce}",
             get(payment),
         )
-        .layer(Extension(chains))
 }
 
 /// One kind a facilitator serves.
@@ -71,9 +75,7 @@ pub struct SupportedResponse {
     tag = "x402",
     responses((status = 200, description = "The kinds served and the relayer's addresses", body = SupportedResponse))
 )]
-pub async fn supported(
-    Extension(chains): Extension<Chains>,
-) -> Result<Json<SupportedResponse>, ApiError> {
+pub async fn supported(State(chains): State<Chains>) -> Result<Json<SupportedResponse>, ApiError> {
     let kinds = chains
         .settings
         .chains
@@ -112,7 +114,7 @@ pub async fn supported(
 )]
 pub async fn verify(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     JsonBody(request): JsonBody<Request>,
 ) -> Result<Json<VerifyResponse>, ApiError> {
     let mut conn = pool.acquire().await?;
@@ -161,7 +163,7 @@ pub struct X402Payment {
 )]
 pub async fn payment(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     Path((network, authorizer, nonce)): Path<(String, String, String)>,
     Query(params): Query<PaymentParams>,

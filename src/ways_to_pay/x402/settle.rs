@@ -143,7 +143,7 @@ pub struct Held {
 )]
 pub async fn settle(
     State(pool): State<Pool>,
-    Extension(chains): Extension<Chains>,
+    State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     Extension(Deadline(deadline)): Extension<Deadline>,
     phases: Phases,
