@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_TOKEN, TestApp,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, app_on, app_on_with},
 };
 
 /// Deploys a test token from its artifact, `PAYER` holding 1 000 000 of it; returns its address.
@@ -184,25 +184,6 @@ async fn a_deposit_address_is_the_factorys_and_what_reaches_it_goes_only_to_its_
     assert_eq!(anvil.balance_of(&no_return, PAYEE) - before, 7);
 }
 
-async fn app_on(anvil: &Anvil, confirmations: u64) -> TestApp {
-    app_with(anvil, confirmations, |_| {}).await
-}
-
-/// The app settling on `anvil` with the relayer key, then `configure`d.
-async fn app_with(
-    anvil: &Anvil,
-    confirmations: u64,
-    configure: impl FnOnce(&mut payments_api::config::SettlementSettings) + Send + 'static,
-) -> TestApp {
-    let settlement = anvil.settlement(confirmations);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-        configure(&mut s.settlement);
-    })
-    .await
-}
-
 /// A deposit intent of `amount` of `token`, payable for `expires_in` seconds; the intent as made.
 async fn create_deposit_intent(app: &TestApp, token: &str, amount: &str, expires_in: u32) -> Value {
     let body = json!({
@@ -244,7 +225,7 @@ async fn booked(app: &TestApp, account: &str, token: &str) -> String {
 #[tokio::test]
 async fn a_deposit_intent_is_paid_in_parts_by_plain_transfers_and_swept_to_its_merchant() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, 2).await;
+    let app = app_on(&anvil, 2, true).await;
     let intent = create_deposit_intent(&app, TOKEN, "1000000", 900).await;
     let (id, address) = (
         intent["id"].as_str().unwrap(),
@@ -331,7 +312,7 @@ async fn a_deposit_intent_is_paid_in_parts_by_plain_transfers_and_swept_to_its_m
 #[tokio::test]
 async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_counted_and_swept() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, 1).await;
+    let app = app_on(&anvil, 1, true).await;
     let expiring = create_deposit_intent(&app, TOKEN, "1000", 60).await;
     let canceled = create_deposit_intent(&app, TOKEN, "1000", 900).await;
     let wrong_token = create_deposit_intent(&app, TOKEN, "1000", 900).await;
@@ -458,7 +439,7 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
 #[tokio::test]
 async fn tokens_that_misbehave_pay_deposit_intents_with_what_arrived() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, 1).await;
+    let app = app_on(&anvil, 1, true).await;
     let no_return = deploy_token(
         &anvil,
         include_str!(concat!(
@@ -527,7 +508,7 @@ async fn tokens_that_misbehave_pay_deposit_intents_with_what_arrived() {
 #[tokio::test]
 async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, 1).await;
+    let app = app_on(&anvil, 1, true).await;
     let with_payer = json!({
         "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
         "payment_method": "deposit_address", "payer": PAYER,
@@ -556,12 +537,7 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
 
     let intent = create_deposit_intent(&app, TOKEN, "1000", 900).await;
     let id = intent["id"].as_str().unwrap();
-    let authorization = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
+    let authorization = app.authorization(id).await;
     assert_eq!(authorization.status, 400, "{}", authorization.body);
     pay(
         &anvil,
@@ -582,7 +558,10 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
     assert_eq!(refund.status, 400, "{}", refund.body);
 
     // A chain without a factory offers no deposit addresses.
-    let plain = app_with(&anvil, 1, |s| s.chains[0].deposit_factory = None).await;
+    let plain = app_on_with(&anvil, 1, true, |s| {
+        s.settlement.chains[0].deposit_factory = None
+    })
+    .await;
     let body = json!({
         "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1",
         "payment_method": "deposit_address",
@@ -596,7 +575,10 @@ async fn a_deposit_intent_names_no_payer_and_has_no_authorization_or_refund() {
 #[tokio::test]
 async fn an_underpayment_within_the_tolerance_pays_and_one_beyond_it_does_not() {
     let anvil = Anvil::start().await;
-    let app = app_with(&anvil, 1, |s| s.underpayment_tolerance_bps = 100).await;
+    let app = app_on_with(&anvil, 1, true, |s| {
+        s.settlement.underpayment_tolerance_bps = 100
+    })
+    .await;
     let within = create_deposit_intent(&app, TOKEN, "100000", 900).await;
     let beyond = create_deposit_intent(&app, TOKEN, "100000", 900).await;
     pay(

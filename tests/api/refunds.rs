@@ -7,19 +7,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_TOKEN, OTHER_TOKEN, SEED_BODY, TestApp,
-    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY},
+    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, app_on},
 };
-
-async fn app_on(anvil: &Anvil, relayer: bool) -> TestApp {
-    let settlement = anvil.settlement(1);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        if relayer {
-            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-        }
-    })
-    .await
-}
 
 /// An intent of the seed's 100000000 paid by its payer on chain; its id.
 async fn paid_intent(app: &TestApp, anvil: &Anvil) -> String {
@@ -55,7 +44,7 @@ async fn confirm_refund(app: &TestApp, refund: &str, signature: &str) -> crate::
 #[tokio::test]
 async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signature() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let intent = paid_intent(&app, &anvil).await;
     let payer_before = anvil.balance(PAYER);
 
@@ -187,7 +176,7 @@ async fn a_paid_intent_is_refunded_in_part_then_in_full_by_the_merchants_signatu
 #[tokio::test]
 async fn racing_refunds_never_exceed_what_was_paid() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, false).await;
+    let app = app_on(&anvil, 1, false).await;
     let intent = paid_intent(&app, &anvil).await;
     // Ten refunds of 30000000 at once against a payment of 100000000: three fit.
     let racers = (0..10).map(|i| {
@@ -224,7 +213,7 @@ async fn racing_refunds_never_exceed_what_was_paid() {
 #[tokio::test]
 async fn only_a_paid_intent_can_be_refunded_and_bad_requests_say_why() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, false).await;
+    let app = app_on(&anvil, 1, false).await;
     let unpaid = app.create_intent_id(SEED_BODY).await;
     let answer = refund(&app, &unpaid, "unpaid", &json!({})).await;
     assert_eq!(answer.status, 409, "{}", answer.body);
@@ -265,7 +254,7 @@ async fn only_a_paid_intent_can_be_refunded_and_bad_requests_say_why() {
 #[tokio::test]
 async fn a_canceled_or_expired_refund_fails_and_frees_its_amount() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, false).await;
+    let app = app_on(&anvil, 1, false).await;
     let intent = paid_intent(&app, &anvil).await;
     let canceled = refund(&app, &intent, "canceled", &json!({})).await.json();
     let canceled = canceled["id"].as_str().unwrap().to_owned();

@@ -6,22 +6,29 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_TOKEN, SEED_BODY, TestApp,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY},
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, app_on},
 };
 
 const AMOUNT: u128 = 100_000_000;
 
-async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> TestApp {
-    let settlement = anvil.settlement(confirmations);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        if relayer {
-            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-        }
-    })
-    .await
+/// A seed intent on `app`, the document its payer signs and the payer's signature of it (by cast).
+async fn signed_intent(app: &TestApp, anvil: &Anvil) -> (String, serde_json::Value, String) {
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    (id, typed, signature)
 }
 
+/// The intent `id` succeeded, the payee holds exactly its amount more than `before`, and one
+/// success was announced.
+async fn assert_paid_once(app: &TestApp, anvil: &Anvil, id: &str, before: u128) {
+    app.wait_for_state(id, "succeeded").await;
+    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
+    assert_eq!(
+        app.event_types(id).await,
+        ["payment_intent.created", "payment_intent.succeeded"]
+    );
+}
 #[tokio::test]
 async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     let anvil = Anvil::start().await;
@@ -98,9 +105,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
 async fn a_payer_who_submits_the_authorization_without_us_settles_the_intent() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, typed, signature) = signed_intent(&app, &anvil).await;
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(2).await;
     app.wait_for_state(&id, "succeeded").await;
@@ -160,12 +165,7 @@ async fn confirm_checks_the_signature_and_the_state() {
     assert_eq!(app.state_of(&id).await, "created");
     // A canceled intent has nothing to authorize.
     assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
-    let answer = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
+    let answer = app.authorization(&id).await;
     assert_eq!(answer.status, 409, "{}", answer.body);
     // Another chain than the served one is refused at creation.
     let elsewhere = SEED_BODY.replace("evm:31337", "evm:1");
@@ -180,12 +180,7 @@ async fn confirm_checks_the_signature_and_the_state() {
 async fn a_chain_this_server_does_not_settle_is_named_as_such() {
     let app = TestApp::spawn().await;
     let id = app.create_intent_id(SEED_BODY).await;
-    let authorization = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
+    let authorization = app.authorization(&id).await;
     let confirm = app.confirm(&id, &format!("0x{}1b", "11".repeat(64))).await;
     for answer in [authorization, confirm] {
         assert_eq!(
@@ -213,12 +208,7 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
         "0x000000000000000000000000000000000000dEaD",
     );
     let id = app.create_intent_id(&no_code).await;
-    let answer = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
+    let answer = app.authorization(&id).await;
     assert_eq!(answer.status, 422, "{}", answer.body);
     assert_eq!(answer.json()["error"], "token_not_supported");
     // A contract that is no token (USDC's signature library): refused for the check it fails, with
@@ -230,12 +220,7 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
     let mut details = Vec::new();
     for _ in 0..2 {
         let id = app.create_intent_id(&library).await;
-        let answer = app
-            .get_as(
-                DEMO_TOKEN,
-                &format!("/v1/payment_intents/{id}/authorization"),
-            )
-            .await;
+        let answer = app.authorization(&id).await;
         assert_eq!(answer.status, 422, "{}", answer.body);
         details.push(answer.json()["detail"].as_str().unwrap().to_owned());
     }
@@ -248,12 +233,7 @@ async fn a_token_without_eip3009_is_refused_and_an_unknown_token_needs_its_chain
     drop(anvil);
     // The chain is gone and this token was never read: 503, nothing stored.
     let id = app.create_intent_id(SEED_BODY).await;
-    let answer = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
+    let answer = app.authorization(&id).await;
     assert_eq!(answer.status, 503, "{}", answer.body);
     assert!(answer.header("retry-after").is_some());
 }
@@ -263,9 +243,7 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 3, false).await;
     let before = anvil.balance(PAYEE);
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, typed, signature) = signed_intent(&app, &anvil).await;
     let snapshot = anvil.rpc("evm_snapshot", json!([])).await;
     anvil.submit_as_payer(&typed, &signature);
     let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}')");
@@ -286,12 +264,7 @@ async fn a_payment_in_an_orphaned_block_is_dropped_and_settles_once_after_reincl
     // Re-included: it settles, once.
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(3).await;
-    app.wait_for_state(&id, "succeeded").await;
-    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
-    assert_eq!(
-        app.event_types(&id).await,
-        ["payment_intent.created", "payment_intent.succeeded"]
-    );
+    assert_paid_once(&app, &anvil, &id, before).await;
 }
 
 /// Sets the next block's timestamp (anvil_setNextBlockTimestamp).
@@ -360,9 +333,7 @@ async fn expiry_waits_for_a_confirmed_block_past_valid_before() {
 async fn a_payer_who_paid_after_the_merchant_canceled_is_recorded_on_the_canceled_intent() {
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 2, false).await;
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, typed, signature) = signed_intent(&app, &anvil).await;
     assert_eq!(app.cancel(DEMO_TOKEN, &id, None).await.status, 200);
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(2).await;
@@ -462,9 +433,7 @@ async fn a_follower_catches_up_over_a_range_of_blocks_in_one_tick() {
         "EXISTS (SELECT 1 FROM chain_cursors)",
     )
     .await;
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, typed, signature) = signed_intent(&app, &anvil).await;
     anvil.submit_as_payer(&typed, &signature);
     anvil.mine(300).await;
     let head = anvil.block_number().await;
@@ -790,9 +759,7 @@ async fn a_caller_awaits_a_submissions_outcome() {
 
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 1, true).await;
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, _, signature) = signed_intent(&app, &anvil).await;
     assert_eq!(app.confirm(&id, &signature).await.status, 200);
     let submission: uuid::Uuid =
         sqlx::query_scalar("SELECT id FROM chain_submissions WHERE subject = $1")
@@ -837,9 +804,7 @@ async fn the_follower_keeps_following_after_a_reorg_replaces_the_newest_blocks()
     let anvil = Anvil::start().await;
     let app = app_on(&anvil, 3, false).await;
     let before = anvil.balance(PAYEE);
-    let id = app.create_intent_id(SEED_BODY).await;
-    let typed = app.typed_data(&id).await;
-    let signature = anvil.sign(PAYER_KEY, &typed);
+    let (id, typed, signature) = signed_intent(&app, &anvil).await;
     anvil.submit_as_payer(&typed, &signature);
     let observed = format!("EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}')");
     app.wait_until("the follower saw the payment", &observed)
@@ -853,10 +818,5 @@ async fn the_follower_keeps_following_after_a_reorg_replaces_the_newest_blocks()
         anvil.submit_as_payer(&typed, &signature);
         anvil.mine(3).await;
     }
-    app.wait_for_state(&id, "succeeded").await;
-    assert_eq!(anvil.balance(PAYEE) - before, AMOUNT);
-    assert_eq!(
-        app.event_types(&id).await,
-        ["payment_intent.created", "payment_intent.succeeded"]
-    );
+    assert_paid_once(&app, &anvil, &id, before).await;
 }

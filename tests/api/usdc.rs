@@ -4,7 +4,7 @@
 
 use crate::helpers::{
     DEMO_TOKEN, SEED_BODY, TestApp,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, wallet_signatures},
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, TOKEN, USDC, app_on, wallet_signatures},
 };
 
 const AMOUNT: u128 = 100_000_000;
@@ -13,23 +13,12 @@ fn usdc_body() -> String {
     SEED_BODY.replace(TOKEN, USDC)
 }
 
-async fn app_on(anvil: &Anvil, relayer: bool) -> TestApp {
-    let settlement = anvil.settlement(1);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        if relayer {
-            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-        }
-    })
-    .await
-}
-
 /// USDC has no `eip712Domain()`: the domain comes from `name()` and `version()`, accepted because
 /// it reproduces the token's `DOMAIN_SEPARATOR()`, which cast computes here from the same parts.
 #[tokio::test]
 async fn the_usdc_domain_is_read_from_name_and_version() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, false).await;
+    let app = app_on(&anvil, 1, false).await;
     let id = app.create_intent_id(&usdc_body()).await;
     let typed = app.typed_data(&id).await;
     assert_eq!(typed["domain"]["name"], "USD Coin");
@@ -57,7 +46,7 @@ async fn the_usdc_domain_is_read_from_name_and_version() {
 #[tokio::test]
 async fn an_intent_in_usdc_is_paid_by_our_relayer() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let before = anvil.balance_of(USDC, PAYEE);
     let id = app.create_intent_id(&usdc_body()).await;
     let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
@@ -73,7 +62,7 @@ async fn an_intent_in_usdc_is_paid_by_our_relayer() {
 #[tokio::test]
 async fn an_intent_in_usdc_is_paid_by_the_payer_with_cast_send() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, false).await;
+    let app = app_on(&anvil, 1, false).await;
     let payer_before = anvil.balance_of(USDC, PAYER);
     let id = app.create_intent_id(&usdc_body()).await;
     let typed = app.typed_data(&id).await;
@@ -100,7 +89,7 @@ async fn domain_name(app: &TestApp) -> String {
 #[tokio::test]
 async fn what_was_read_of_a_token_is_read_again_when_old_or_refused() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     assert_eq!(domain_name(&app).await, "USD Coin");
     let tamper = |sql: &str| {
         let (db, sql) = (app.db.clone(), sql.to_owned());
@@ -138,16 +127,10 @@ async fn what_was_read_of_a_token_is_read_again_when_old_or_refused() {
 #[tokio::test]
 async fn wallets_libraries_sign_the_document_with_the_digest_we_answer() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     for (body, library) in [(SEED_BODY.to_owned(), "viem"), (usdc_body(), "ethers")] {
         let id = app.create_intent_id(&body).await;
-        let answer = app
-            .get_as(
-                DEMO_TOKEN,
-                &format!("/v1/payment_intents/{id}/authorization"),
-            )
-            .await
-            .json();
+        let answer = app.authorization(&id).await.json();
         let typed = &answer["typed_data"];
         let signed = wallet_signatures(typed, PAYER_KEY);
         let by_cast = anvil.sign(PAYER_KEY, typed);
@@ -170,7 +153,7 @@ async fn a_smart_contract_wallet_pays_in_usdc() {
     use payments_api::rails::evm::devnet::ANVIL_KEYS;
 
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let wallet = anvil.deploy_wallet(PAYER_KEY);
     anvil.cast(&[
         "send",
@@ -241,7 +224,7 @@ async fn a_payment_held_by_a_paused_usdc_fails_with_that_reason_at_expiry() {
     use payments_api::rails::evm::fiat_token;
 
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     anvil.cast(&[
         "send",
         "--private-key",
@@ -284,7 +267,7 @@ async fn a_blacklisted_payer_is_held_then_pays_once_unblacklisted() {
     use payments_api::rails::evm::fiat_token;
 
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let as_blacklister = |call: &str| {
         anvil.cast(&[
             "send",
@@ -318,7 +301,7 @@ async fn a_blacklisted_payer_is_held_then_pays_once_unblacklisted() {
 #[tokio::test]
 async fn a_usdc_payer_short_of_funds_is_held_until_funded() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let held = anvil.balance_of(USDC, PAYER);
     let more = (held + 1).to_string();
     let body = usdc_body().replace(r#""amount":"100000000""#, &format!(r#""amount":"{more}""#));
@@ -352,7 +335,7 @@ async fn a_usdc_payer_short_of_funds_is_held_until_funded() {
 #[tokio::test]
 async fn a_usdc_payment_is_refunded_in_part() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil, true).await;
+    let app = app_on(&anvil, 1, true).await;
     let id = app.create_intent_id(&usdc_body()).await;
     let typed = app.typed_data(&id).await;
     anvil.submit_as_payer(&typed, &anvil.sign(PAYER_KEY, &typed));

@@ -6,30 +6,10 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, TestApp,
-    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC},
+    chain::{
+        Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, app_on, app_on_with,
+    },
 };
-
-async fn app_on(anvil: &Anvil) -> TestApp {
-    let settlement = anvil.settlement(1);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
-    })
-    .await
-}
-
-/// An app that settles on `anvil` with no relayer: what it stores and queues, nothing sends.
-/// `timeout_seconds` sets its request timeout, so a settle answers pending soon.
-async fn app_without_relayer(anvil: &Anvil, timeout_seconds: Option<u64>) -> TestApp {
-    let settlement = anvil.settlement(1);
-    TestApp::spawn_with(move |s| {
-        s.settlement = settlement;
-        if let Some(seconds) = timeout_seconds {
-            s.request_timeout = std::time::Duration::from_secs(seconds);
-        }
-    })
-    .await
-}
 
 /// Another replica on `app`'s database, with the relayer.
 async fn relaying_replica(anvil: &Anvil, app: &TestApp) -> TestApp {
@@ -153,7 +133,7 @@ async fn verify(app: &TestApp, body: &Value) -> Value {
 #[tokio::test]
 async fn supported_names_each_served_chain_and_the_relayer() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let answer = app.get_as(DEMO_TOKEN, "/x402/supported").await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let relayer = anvil.cast(&["wallet", "address", "--private-key", RELAYER_KEY]);
@@ -171,7 +151,7 @@ async fn supported_names_each_served_chain_and_the_relayer() {
 #[tokio::test]
 async fn verify_accepts_a_good_payment_in_either_token_and_writes_nothing() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     for token in [TOKEN, USDC] {
         let payment = Payment::new(&anvil, token).await;
         let answer = verify(&app, &payment.request(&anvil, payment.requirements())).await;
@@ -188,7 +168,7 @@ async fn verify_accepts_a_good_payment_in_either_token_and_writes_nothing() {
 #[tokio::test]
 async fn verify_names_what_is_wrong_as_the_reference_facilitator_does() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let used = Payment::new(&anvil, TOKEN).await;
     let body = used.request(&anvil, used.requirements());
     let payload = &body["paymentPayload"]["payload"];
@@ -301,7 +281,7 @@ async fn transfers_in(anvil: &Anvil, hash: &str) -> Vec<(String, String, u128)> 
 #[tokio::test]
 async fn settle_pays_once_and_answers_success_once() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     for token in [TOKEN, USDC] {
         let payment = Payment::new(&anvil, token).await;
         let body = payment.request(&anvil, payment.requirements());
@@ -370,7 +350,7 @@ async fn settle_pays_once_and_answers_success_once() {
 #[tokio::test]
 async fn ten_concurrent_settles_of_one_payment_send_one_transaction_and_one_success() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let payment = Payment::new(&anvil, TOKEN).await;
     let body = payment.request(&anvil, payment.requirements());
     let settles = (0..10).map(|_| settle(&app, None, &body));
@@ -399,7 +379,7 @@ async fn ten_concurrent_settles_of_one_payment_send_one_transaction_and_one_succ
 #[tokio::test]
 async fn the_same_nonce_with_another_payload_is_refused() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let mut payment = Payment::new(&anvil, TOKEN).await;
     let first = settle(&app, None, &payment.request(&anvil, payment.requirements()))
         .await
@@ -420,7 +400,7 @@ async fn the_same_nonce_with_another_payload_is_refused() {
 #[tokio::test]
 async fn a_bad_payment_is_refused_at_settle_with_the_verify_reason_and_nothing_is_stored() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let mut payment = Payment::new(&anvil, TOKEN).await;
     payment.signer = PAYEE_KEY;
     let answer = settle(
@@ -450,7 +430,10 @@ async fn a_settle_past_its_deadline_says_pending_and_its_retry_with_the_same_key
  {
     let anvil = Anvil::start().await;
     // No relayer: the payment is stored and queued, and nothing sends it.
-    let waiting = app_without_relayer(&anvil, Some(3)).await;
+    let waiting = app_on_with(&anvil, 1, false, |s| {
+        s.request_timeout = std::time::Duration::from_secs(3)
+    })
+    .await;
     let payment = Payment::new(&anvil, TOKEN).await;
     let body = payment.request(&anvil, payment.requirements());
     let pending = settle(&waiting, Some("settle-1"), &body).await.json();
@@ -557,7 +540,7 @@ async fn a_transfer_dropped_by_a_reorg_is_sent_again_and_booked_once() {
 #[tokio::test]
 async fn a_smart_contract_wallet_pays_through_x402_where_the_token_checks_wallets() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let wallet = anvil.deploy_wallet(PAYER_KEY);
     for token in [USDC, TOKEN] {
         anvil.cast(&[
@@ -630,7 +613,7 @@ async fn a_smart_contract_wallet_pays_through_x402_where_the_token_checks_wallet
 #[tokio::test]
 async fn payments_that_cannot_be_kept_are_refused_with_a_reason() {
     let anvil = Anvil::start().await;
-    let app = app_on(&anvil).await;
+    let app = app_on(&anvil, 1, true).await;
     let mut milliseconds = Payment::new(&anvil, TOKEN).await;
     milliseconds.valid_before *= 1000;
     let mut nothing = Payment::new(&anvil, TOKEN).await;
@@ -678,7 +661,10 @@ async fn payments_that_cannot_be_kept_are_refused_with_a_reason() {
 #[tokio::test]
 async fn an_unkeyed_settle_after_a_pending_one_gets_the_one_success() {
     let anvil = Anvil::start().await;
-    let waiting = app_without_relayer(&anvil, Some(3)).await;
+    let waiting = app_on_with(&anvil, 1, false, |s| {
+        s.request_timeout = std::time::Duration::from_secs(3)
+    })
+    .await;
     let payment = Payment::new(&anvil, TOKEN).await;
     let body = payment.request(&anvil, payment.requirements());
     let pending = settle(&waiting, None, &body).await.json();
@@ -700,7 +686,7 @@ async fn a_settle_whose_process_is_killed_while_waiting_is_learnt_by_its_retry()
 
     let anvil = Anvil::start().await;
     // The test's view of the database; it relays nothing.
-    let view = app_without_relayer(&anvil, None).await;
+    let view = app_on(&anvil, 1, false).await;
     let mut env: Vec<(String, String)> = settlement_env(&anvil.url, 1, false);
     env.push(("IDEMPOTENCY_LEASE_SECONDS".into(), "6".into()));
     env.push(("REQUEST_TIMEOUT_SECONDS".into(), "5".into()));

@@ -383,10 +383,15 @@ impl super::TestApp {
 
     /// The EIP-712 document the payer signs for intent `id`.
     pub async fn typed_data(&self, id: &str) -> Value {
-        let path = format!("/v1/payment_intents/{id}/authorization");
-        let answer = self.get_as(super::DEMO_TOKEN, &path).await;
+        let answer = self.authorization(id).await;
         assert_eq!(answer.status, 200, "{}", answer.body);
         answer.json()["typed_data"].clone()
+    }
+
+    /// GET …/authorization of the demo merchant's intent `id`, whatever it answers.
+    pub async fn authorization(&self, id: &str) -> super::Answer {
+        let path = format!("/v1/payment_intents/{id}/authorization");
+        self.get_as(super::DEMO_TOKEN, &path).await
     }
 
     /// POST …/confirm with `signature`, under the key `confirm-<id>`.
@@ -446,4 +451,28 @@ impl super::TestApp {
         )
         .await;
     }
+}
+
+/// The app settling on `anvil` after `confirmations`, its relayer sending with `RELAYER_KEY` when
+/// `relayer` (without it, what is queued stays queued).
+pub async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> super::TestApp {
+    app_on_with(anvil, confirmations, relayer, |_| {}).await
+}
+
+/// [`app_on`], then `configure`d.
+pub async fn app_on_with(
+    anvil: &Anvil,
+    confirmations: u64,
+    relayer: bool,
+    configure: impl FnOnce(&mut payments_api::config::Settings) + Send + 'static,
+) -> super::TestApp {
+    let settlement = anvil.settlement(confirmations);
+    super::TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        if relayer {
+            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+        }
+        configure(s);
+    })
+    .await
 }
