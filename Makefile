@@ -55,7 +55,7 @@ prepare: ## refresh the offline query metadata in .sqlx/ after changing a query
 openapi: ## regenerate the committed openapi.json from the code
 	cargo run --quiet --bin payments-api -- openapi > openapi.json
 
-compose-check: ## docker compose up, the README's transcript against it, then down
+compose-check: ## docker compose up, the docs' snippets (scripts/readme-check.sh) and the settlement checks against it, then down
 	bash scripts/compose-check.sh
 
 BENCH_ARGS ?= --clients 32 --seconds 10

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Brings the compose stack up (building the image), runs the README's transcript against it with
-# curl, checks the three answers, and tears everything down. Image names come from the environment
-# (POSTGRES_IMAGE, RUST_IMAGE, RUNTIME_IMAGE), as for `docker compose up`.
+# Brings the compose stack up (building the image), runs every snippet of the README and the docs
+# against it as a reader pastes them (scripts/readme-check.sh), then checks the transcript's three
+# answers and pays, refunds, sweeps and settles x402 on the devnet itself, and tears everything
+# down. Image names come from the environment (POSTGRES_IMAGE, RUST_IMAGE, RUNTIME_IMAGE,
+# CHAIN_IMAGE), as for `docker compose up`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 project=payments-compose-check
 dc() { "${compose[@]}" -p "$project" "$@"; }
-# The host's ports, as docker-compose.yml reads them (API_PORT, CHAIN_PORT).
+# The host's ports, as docker-compose.yml reads them (API_PORT, CHAIN_PORT); checkout links must
+# name the moved port too.
 api=localhost:${API_PORT:-8080}
+export PUBLIC_BASE_URL=${PUBLIC_BASE_URL:-http://$api}
 trap 'dc logs --no-color api migrate devnet chain >&2 || true; dc down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 
 dc down -v --remove-orphans >/dev/null 2>&1 || true
@@ -21,6 +25,10 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 curl -fsS $api/readyz
+
+# The docs' snippets first, on the fresh stack they describe: what they show (balances, the
+# merchant's tokens on chain) counts only their own payments.
+COMPOSE_PROJECT_NAME=$project bash scripts/readme-check.sh compose
 
 body='{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"100000000","expires_in_seconds":900}'
 key="order-$(date +%s%N)"
@@ -47,14 +55,15 @@ echo "compose-check: 201, 201 replayed, 422 — the transcript holds"
 
 # Settlement on the compose devnet, in USDC and in the devnet token: authorization, signed by the
 # payer (anvil account 1, a public dev key) with cast inside the chain container, confirm, then
-# succeeded within seconds.
-auth() { curl -fsS "$@" -H 'Authorization: Bearer merchant-demo'; }
+# succeeded within seconds. As the other merchant, so that its balances hold only these payments,
+# whatever the docs' snippets paid before.
+auth() { curl -fsS "$@" -H 'Authorization: Bearer merchant-other'; }
 json() { python3 -c "import json,sys; v=json.load(sys.stdin); print($1)"; }
 payee=0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC
 token=0x5FbDB2315678afecb367f032d93F642f64180aa3
 usdc=0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba
 balance() { dc exec -T chain cast call --rpc-url http://127.0.0.1:8545 "$1" 'balanceOf(address)(uint256)' "$payee" | awk '{print $1}'; }
-# A webhook receiver on this machine, as the README's, recording every event it is sent.
+# A webhook receiver on this machine, as in docs/api.md, recording every event it is sent.
 hook_port=${COMPOSE_CHECK_HOOK_PORT:-19000}
 hook_log=$(mktemp)
 python3 - "$hook_port" "$hook_log" <<'PY' &
@@ -158,7 +167,7 @@ grep -q "\"type\":\"payment_intent.succeeded\".*\"id\":\"$id\"" "$hook_log" \
   || fail "the receiver did not get payment_intent.succeeded for $id (got: $(cut -c1-120 "$hook_log"))"
 echo "compose-check: authorization, confirm, succeeded on chain, in the devnet token and in USDC, a USDC refund, balances as booked — settlement holds, and its event reached the receiver"
 
-# A deposit address (the README's section): a plain `cast send` in two parts pays the intent,
+# A deposit address (docs/walkthrough.md): a plain `cast send` in two parts pays the intent,
 # and the relayer sweeps what arrived to the merchant.
 deposit=$(auth $api/v1/payment_intents \
   -d "{\"chain\":\"evm:31337\",\"token\":\"$token\",\"merchant\":\"$payee\",\"amount\":\"5000000\",\"payment_method\":\"deposit_address\"}")
@@ -183,13 +192,13 @@ echo "$shown" | python3 -c 'import json,sys; v=json.load(sys.stdin); print({k: v
 [[ $(balance "$token") == $((before + 5000000)) ]] || fail "the sweep did not reach the merchant within a minute"
 echo "compose-check: a deposit address paid by two plain transfers, succeeded, swept to the merchant"
 
-# Paid APIs with x402 (the README's section): x402's own express server and fetch client, the API
+# Paid APIs with x402 (docs/x402.md): x402's own express server and fetch client, the API
 # as their facilitator; one request paid in USDC, its transfer on chain.
 if [[ ! -d tests/x402/node_modules/@x402/express ]]; then
   npm ci --prefix tests/x402 --no-audit --no-fund
 fi
 before=$(balance "$usdc")
-paid=$(node tests/x402/compose.mjs) || fail "the x402 paid request failed"
+paid=$(X402_API=http://$api node tests/x402/compose.mjs) || fail "the x402 paid request failed"
 echo "$paid"
 after=$(balance "$usdc")
 [[ $((after - before)) == 10000 ]] || fail "the x402 payment moved $((after - before)) USDC units, not 10000"

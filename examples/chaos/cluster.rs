@@ -9,6 +9,8 @@ use std::{
 
 use anyhow::{Context, bail};
 
+use crate::rpc_fault::RpcFaultProxy;
+
 /// A throwaway PostgreSQL cluster, so restarting it in immediate mode disturbs nothing else.
 pub struct Postgres {
     bin: PathBuf,
@@ -137,6 +139,9 @@ pub struct Replica {
     child: Option<Child>,
     /// Process ids this replica has had: a restart by the fault injector adds one.
     pub pids: Vec<u32>,
+    /// The proxy its chain is reached through, which kills it between a broadcast and its record
+    /// with this probability, while armed.
+    crash_point: Option<(RpcFaultProxy, f64)>,
 }
 
 impl Replica {
@@ -156,7 +161,20 @@ impl Replica {
             log,
             child: None,
             pids: Vec::new(),
+            crash_point: None,
         }
+    }
+
+    /// Its chain through `proxy`, killing each process it starts between a broadcast and its
+    /// record with `probability`.
+    pub fn with_crash_point(mut self, proxy: RpcFaultProxy, probability: f64) -> Self {
+        for (name, value) in &mut self.env {
+            if name == "CHAINS" {
+                *value = format!("evm:31337={}", proxy.url);
+            }
+        }
+        self.crash_point = Some((proxy, probability));
+        self
     }
 
     pub fn base(&self) -> String {
@@ -181,6 +199,9 @@ impl Replica {
             .spawn()
             .context("start payments-api")?;
         self.pids.push(child.id());
+        if let Some((proxy, probability)) = &self.crash_point {
+            proxy.aim_at(child.id(), *probability);
+        }
         self.child = Some(child);
         let started = Instant::now();
         while reqwest::get(format!("{}/healthz", self.base()))
@@ -224,8 +245,10 @@ impl Replica {
     /// Later starts run without the relayer's crash point, so a run that waits for settlement
     /// after its load sees each replica die by itself at most once more.
     pub fn disarm_crash_point(&mut self) {
-        self.env
-            .retain(|(name, _)| name != "RELAYER_CRASH_AFTER_BROADCAST");
+        if let Some((proxy, probability)) = &mut self.crash_point {
+            proxy.disarm();
+            *probability = 0.0;
+        }
     }
 
     /// Whether the process this replica last started is still running.

@@ -30,7 +30,7 @@ pub enum FaultKind {
     ReorgChain,
     KillRelayer,
     /// Not injected on a schedule: a replica's relayer died by itself between a broadcast and
-    /// its record (`RELAYER_CRASH_AFTER_BROADCAST`), and was restarted.
+    /// its record (killed by its chain's proxy, `RpcFaultProxy`), and was restarted.
     RelayerCrashedAfterBroadcast,
     /// The Patroni cluster (`--ha`): SIGKILL of the leader's postmaster.
     KillLeaderPostgres,

@@ -12,6 +12,10 @@ mod faults;
 mod patroni;
 mod payer;
 mod receiver;
+// The API tests' proxy that kills a process between its broadcast and the record of it.
+#[path = "../../tests/api/helpers/rpc_fault.rs"]
+#[allow(dead_code)]
+mod rpc_fault;
 mod x402;
 
 use std::{
@@ -183,18 +187,19 @@ async fn main() -> anyhow::Result<()> {
             payments_api::rails::evm::devnet::ANVIL_KEYS[3].to_owned(),
         ),
         ("RELAYER_REPLACE_AFTER_BLOCKS".to_owned(), "3".to_owned()),
-        // One broadcast in ten kills its replica before the broadcast is recorded.
-        ("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "0.1".to_owned()),
     ];
     let mut replicas = Vec::new();
     for index in 0..replica_count {
+        // One broadcast in ten kills its replica before the broadcast is recorded.
+        let crash_point = rpc_fault::RpcFaultProxy::start(&chain_url).await;
         let mut replica = Replica::new(
             index,
             args.port + 1 + index as u16,
             &api,
             env.clone(),
             &args.out,
-        );
+        )
+        .with_crash_point(crash_point, 0.1);
         replica.start().await?;
         replicas.push(replica);
     }

@@ -420,7 +420,6 @@ impl Relayer<'_> {
         for ((submission, transaction), sent) in signed.iter().zip(sent) {
             let recorded = match sent {
                 Ok(_pending) => {
-                    crash_point_after_broadcast();
                     ticked.broadcast += 1;
                     self.record(conn, submission, transaction, head).await
                 }
@@ -695,23 +694,6 @@ struct Nonces {
     mined: u64,
     next: u64,
     fees: Eip1559Estimation,
-}
-
-/// A fault-injection point for the crash tests and the chaos run: with
-/// `RELAYER_CRASH_AFTER_BROADCAST=p` (a probability, `1` for always) the process dies right after
-/// a broadcast, before recording it, with probability p.
-fn crash_point_after_broadcast() {
-    let Some(p) = std::env::var("RELAYER_CRASH_AFTER_BROADCAST")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-    else {
-        return;
-    };
-    if rand::random::<f64>() < p {
-        // Straight to stderr: the log writer's buffer dies with the process.
-        eprintln!("RELAYER_CRASH_AFTER_BROADCAST: exiting between broadcast and record");
-        std::process::abort();
-    }
 }
 
 /// Ends the submission with `outcome` and wakes whoever awaits it (`outbox::await_outcome`).

@@ -8,7 +8,7 @@ use payments_api::config::SettlementSettings;
 use serde_json::json;
 
 use crate::helpers::{
-    DEMO_TOKEN, SEED_BODY, ServerProcess, TestApp,
+    DEMO_TOKEN, RpcFaultProxy, SEED_BODY, ServerProcess, TestApp,
     chain::{Anvil, Gate, PAYEE, PAYER_KEY, RELAYER_KEY, SECOND_RELAYER_KEY, settlement_env},
 };
 
@@ -153,9 +153,11 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
     // restarted relayer sends again.
     anvil.rpc("evm_setAutomine", json!([false])).await;
     let view = TestApp::spawn().await;
-    let mut env = settlement_env(&anvil.url, 2, true);
-    env.push(("RELAYER_CRASH_AFTER_BROADCAST".to_owned(), "1".to_owned()));
+    // The chain through a proxy that kills the process once its broadcast reached the node.
+    let proxy = RpcFaultProxy::start(&anvil.url).await;
+    let env = settlement_env(&proxy.url, 2, true);
     let mut doomed = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
+    proxy.aim_at(doomed.child.id(), 1.0);
     let app = view.pointed_at(&doomed.address);
     let before = anvil.balance(PAYEE);
     let id = create_and_confirm(&app, &anvil).await;
@@ -170,7 +172,11 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
     .await
     .expect("the relayer crashed after its broadcast");
     assert!(!died.success());
-    assert!(doomed.logs().contains("between broadcast and record"));
+    assert_eq!(
+        proxy.kills(),
+        1,
+        "killed between its broadcast and the answer"
+    );
     assert!(
         tx_hashes(&app, &id).await.is_empty(),
         "the broadcast was never recorded"
@@ -182,7 +188,7 @@ async fn a_relayer_killed_between_broadcast_and_record_resubmits_harmlessly() {
         "one relayer transaction in the pool"
     );
 
-    env.pop();
+    proxy.disarm();
     let restarted = ServerProcess::start(&view.database_url, &env_refs(&env)).await;
     let app = view.pointed_at(&restarted.address);
     // It has no record of the first broadcast, which paid nothing yet: it sends again.

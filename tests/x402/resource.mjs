@@ -30,7 +30,7 @@ export function facilitatorAt(url) {
   });
 }
 
-/// The README's resource server: an express app whose routes cost PRICE of a token. `facilitator`
+/// The resource server of docs/x402.md: an express app whose routes cost PRICE of a token. `facilitator`
 /// is the facilitator client it asks (default: ours at `facilitatorUrl`).
 export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl)) {
   const server = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmServer());

@@ -2,8 +2,9 @@
 //! served in this process ([`app`]), the real binary in a process of its own ([`process`]), a
 //! lock that stalls intent inserts from outside the app ([`blocker`]), a proxy that breaks the
 //! network between the app and its database ([`proxy`]), a webhook receiver ([`receiver`]), a
-//! primary with a hot standby to fail over ([`replicated`]), and a real chain with the devnet
-//! token ([`chain`]).
+//! primary with a hot standby to fail over ([`replicated`]), a real chain with the devnet token
+//! ([`chain`]), and a proxy to it that kills the app between a broadcast and its record
+//! ([`rpc_fault`]).
 
 mod app;
 pub mod blocker;
@@ -13,6 +14,7 @@ mod process;
 mod proxy;
 mod receiver;
 mod replicated;
+mod rpc_fault;
 
 pub use app::{Answer, TestApp, serve, spawn_create, spawn_create_as, test_settings};
 pub use database::{empty_database, fresh_database, missing_database};
@@ -20,6 +22,7 @@ pub use process::ServerProcess;
 pub use proxy::Fault;
 pub use receiver::{Received, Receiver, Reply};
 pub use replicated::ReplicatedPostgres;
+pub use rpc_fault::RpcFaultProxy;
 
 pub const DEMO_TOKEN: &str = "merchant-demo";
 pub const DEMO_MERCHANT: &str = "merchant_demo";
