@@ -49,13 +49,9 @@ pub async fn require_client_secret(
         return ApiError::Unauthorized.into_response();
     };
     let stored = match pool.acquire().await {
-        Ok(mut conn) => sqlx::query!(
-            "SELECT merchant_id, client_secret FROM payment_intents WHERE id = $1",
-            intent.as_str()
-        )
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(ApiError::from),
+        Ok(mut conn) => crate::intents::repo::client_secret_of(&mut conn, &intent)
+            .await
+            .map_err(ApiError::from),
         Err(e) => Err(ApiError::from(e)),
     };
     let stored = match stored {
@@ -63,12 +59,9 @@ pub async fn require_client_secret(
         Ok(None) => return not_found(),
         Err(e) => return e.into_response(),
     };
-    let matches: bool = stored
-        .client_secret
-        .as_bytes()
-        .ct_eq(presented.as_bytes())
-        .into();
-    let Ok(merchant) = MerchantId::parse(&stored.merchant_id) else {
+    let (merchant_id, client_secret) = stored;
+    let matches: bool = client_secret.as_bytes().ct_eq(presented.as_bytes()).into();
+    let Ok(merchant) = MerchantId::parse(&merchant_id) else {
         return not_found();
     };
     if !matches {

@@ -1,4 +1,8 @@
-//! SQL on `payment_intents`.
+//! SQL on `payment_intents`, which only this module writes: the ways to pay, the checkout page and
+//! the ledger call the functions here (a deposit counted, a refund's amount added, an intent found
+//! by its chain nonce, expiry by chain time), so each rule is in one place. One read is elsewhere:
+//! the checkout page's view joins the intent with its merchant's name and its token's units
+//! (`checkout::view::find`).
 
 use serde::Serialize;
 use sqlx::{Connection, PgConnection, types::Json};
@@ -12,6 +16,28 @@ use crate::{
     auth::MerchantId,
     events::{self, NewEvent},
 };
+
+/// A query answering [`PaymentIntent`]s (or rows that start with one), whose columns are written
+/// once, here: what comes `$before` and `$after` them, then the arguments. sqlx's macros take a
+/// query made of string literals joined by `+`.
+macro_rules! query_intent {
+    ($row:path, $before:literal, $after:literal, $($arg:tt)*) => {
+        sqlx::query_as!(
+            $row,
+            $before
+                + r#"id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token,
+                     payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod",
+                     deposit_address, expires_at, created_at, updated_at, canceled_at,
+                     cancellation_reason, failure_reason, pending_reason,
+                     settlement AS "settlement: Json<Settlement>",
+                     amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!",
+                     amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
+                     metadata AS "metadata: Json<Metadata>""#
+                + $after,
+            $($arg)*
+        )
+    };
+}
 
 /// A payment intent as the API shows it; field order is the response's key order.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -139,16 +165,15 @@ pub async fn insert(
         PaidBy::Authorization { payer } => (PaymentMethod::Authorization, Some(payer), None),
         PaidBy::DepositAddress { address } => (PaymentMethod::DepositAddress, None, Some(address)),
     };
-    let created = sqlx::query_as!(
+    let created = query_intent!(
         PaymentIntent,
         r#"
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
                                      client_secret, checkout_url, payment_method, deposit_address)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
                 coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15)
-        RETURNING id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
-                  expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+        RETURNING "#,
+        r#"
         "#,
         merchant.as_str(),
         id.as_str(),
@@ -204,17 +229,208 @@ pub async fn find(
     merchant: &MerchantId,
     id: &IntentId,
 ) -> Result<Option<PaymentIntent>, sqlx::Error> {
-    sqlx::query_as!(
+    query_intent!(
         PaymentIntent,
         r#"
-        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+        SELECT "#,
+        r#"
           FROM payment_intents
          WHERE merchant_id = $1 AND id = $2
         "#,
         merchant.as_str(),
         id.as_str(),
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The intent an EIP-3009 nonce pays, as the chain names it: who signs and who is paid how much.
+#[derive(Debug)]
+pub struct NonceOwner {
+    pub merchant_id: String,
+    pub id: String,
+    pub payer: Option<String>,
+    pub payee: String,
+    pub amount: String,
+}
+
+/// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain`, in any state.
+/// A nonce belongs to its authorizer: another address using the same bytes is no intent of ours.
+/// The one lookup of an intent by what the chain shows (the payment watch, x402, reconcile).
+pub async fn by_chain_nonce(
+    conn: &mut PgConnection,
+    chain: &str,
+    token: &str,
+    authorizer: &str,
+    nonce: &[u8],
+) -> Result<Option<NonceOwner>, sqlx::Error> {
+    sqlx::query_as!(
+        NonceOwner,
+        r#"SELECT merchant_id, id, payer, payee, amount::text AS "amount!" FROM payment_intents
+            WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
+        nonce,
+        chain,
+        token,
+        authorizer,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// What a refund of an intent needs of it: whether and how much it was paid, and between whom.
+pub struct Refundable {
+    pub state: IntentState,
+    pub amount: String,
+    /// Its payment was seen on chain (`settlement` set), whatever its state since.
+    pub paid: bool,
+    pub chain: String,
+    pub token: String,
+    pub payee: String,
+    pub payer: Option<String>,
+}
+
+/// The merchant's intent `id` as a refund reads it, its row locked until the caller's transaction
+/// ends: of two racing refunds, the second waits here and then sees the first.
+pub async fn lock_for_refund(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &IntentId,
+) -> Result<Option<Refundable>, sqlx::Error> {
+    sqlx::query_as!(
+        Refundable,
+        r#"SELECT state AS "state: IntentState", amount::text AS "amount!", settlement IS NOT NULL AS "paid!",
+                  chain, token, payee, payer
+             FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE"#,
+        merchant.as_str(),
+        id.as_str(),
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Adds `amount` (base units) to what the intent `id` has refunded, in the caller's transaction:
+/// the transaction in which a refund of it succeeded.
+pub async fn add_refunded(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    amount: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE payment_intents SET amount_refunded = amount_refunded + $3::text::numeric
+          WHERE merchant_id = $1 AND id = $2",
+        merchant_id,
+        id,
+        amount,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A deposit intent whose address a transfer touched.
+pub struct DepositIntent {
+    pub merchant_id: String,
+    pub id: String,
+    pub token: String,
+    pub payee: String,
+    pub deposit_address: String,
+}
+
+/// The deposit intents on `chain` whose addresses are among `addresses`.
+pub async fn by_deposit_addresses(
+    conn: &mut PgConnection,
+    chain: &str,
+    addresses: &[String],
+) -> Result<Vec<DepositIntent>, sqlx::Error> {
+    sqlx::query_as!(
+        DepositIntent,
+        r#"SELECT merchant_id, id, token, payee, deposit_address AS "deposit_address!" FROM payment_intents
+            WHERE chain = $1 AND deposit_address = ANY($2::text[])"#,
+        chain,
+        addresses,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The deposit address of the intent `id`; `None` if there is no such intent or it has none.
+pub async fn deposit_address_of(
+    conn: &mut PgConnection,
+    id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        "SELECT deposit_address FROM payment_intents WHERE id = $1",
+        id
+    )
+    .fetch_optional(conn)
+    .await?
+    .flatten())
+}
+
+/// Every deposit address of an intent on `chain`.
+pub async fn deposit_addresses_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT deposit_address AS "address!" FROM payment_intents
+            WHERE chain = $1 AND deposit_address IS NOT NULL"#,
+        chain
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Every (token, payee) pair an intent on `chain` names: where its payments go.
+pub async fn payees_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        "SELECT DISTINCT token, payee FROM payment_intents WHERE chain = $1",
+        chain
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.token, r.payee)).collect())
+}
+
+/// The merchant and the client secret of the intent `id`, which opens its checkout page.
+pub async fn client_secret_of(
+    conn: &mut PgConnection,
+    id: &IntentId,
+) -> Result<Option<(String, String)>, sqlx::Error> {
+    let row = sqlx::query!(
+        "SELECT merchant_id, client_secret FROM payment_intents WHERE id = $1",
+        id.as_str()
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.merchant_id, r.client_secret)))
+}
+
+/// Where an intent's payment stands, as whoever waits for it reads it.
+pub struct PaymentState {
+    pub state: IntentState,
+    pub failure_reason: Option<String>,
+    pub pending_reason: Option<String>,
+    /// The transaction that paid it, once confirmed.
+    pub settled_by: Option<String>,
+}
+
+pub async fn payment_state(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+) -> Result<Option<PaymentState>, sqlx::Error> {
+    sqlx::query_as!(
+        PaymentState,
+        r#"SELECT state AS "state: IntentState", failure_reason, pending_reason,
+                  settlement->>'transaction_hash' AS settled_by
+             FROM payment_intents WHERE merchant_id = $1 AND id = $2"#,
+        merchant_id,
+        id,
     )
     .fetch_optional(conn)
     .await
@@ -334,7 +550,7 @@ pub async fn apply_seen(
         from,
         action: action.as_str(),
     })?;
-    let moved = sqlx::query_as!(
+    let moved = query_intent!(
         PaymentIntent,
         r#"
         WITH moved AS (
@@ -351,9 +567,8 @@ pub async fn apply_seen(
             INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
             SELECT merchant_id, id, version, $6, $4, $7, $8 FROM moved
         )
-        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+        SELECT "#,
+        r#"
           FROM moved
         "#,
         merchant,
@@ -374,6 +589,65 @@ pub async fn apply_seen(
         record_event(conn, merchant, &step.event_type(), intent).await?;
     }
     Ok(moved)
+}
+
+/// An intent's time ran out by a block once the block's second reaches its expiry's whole second
+/// (its authorization's `validBefore`): when `expires_at` is before this. The one rule of expiry
+/// by chain time, for the follower's sweep and for a deposit judged by its own block.
+pub fn expired_before(block_timestamp: i64) -> Result<OffsetDateTime, sqlx::Error> {
+    OffsetDateTime::from_unix_timestamp(block_timestamp.saturating_add(1))
+        .map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// A deposit added to what an intent received, as [`count_deposit`] left it, the row still locked.
+pub struct DepositCounted {
+    pub state: IntentState,
+    pub version: i32,
+    pub cancellation_reason: Option<String>,
+    /// What it received now reaches its amount, within the tolerance.
+    pub reaches: bool,
+    /// It is `created` and its time ran out by the deposit's block.
+    pub late: bool,
+}
+
+/// Adds `value` (base units) received by the deposit intent `id` in a block of `block_timestamp`
+/// to what it received, in the caller's transaction, and says what that makes of it. The rule of
+/// paying, in one statement: what it received pays it if it reaches the amount within
+/// `tolerance_bps`, only while it is open and its time has not run out by the deposit's block;
+/// once paid, what it received beyond the amount is overpaid. The state change is the caller's.
+pub async fn count_deposit(
+    tx: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    value: &str,
+    block_timestamp: i64,
+    tolerance_bps: u32,
+) -> Result<DepositCounted, sqlx::Error> {
+    sqlx::query_as!(
+        DepositCounted,
+        r#"WITH counted AS (
+               SELECT merchant_id, id, amount_received + $3::text::numeric AS received,
+                      (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5) AS reaches,
+                      state = 'created' AND expires_at < $4 AS late,
+                      state = 'succeeded'
+                      OR (state = 'created' AND expires_at >= $4
+                          AND (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5)) AS pays
+                 FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE
+           )
+           UPDATE payment_intents p
+              SET amount_received = c.received,
+                  amount_overpaid = CASE WHEN c.pays THEN GREATEST(c.received - p.amount, 0) ELSE p.amount_overpaid END
+             FROM counted c
+            WHERE p.merchant_id = c.merchant_id AND p.id = c.id
+        RETURNING p.state AS "state: IntentState", p.version, p.cancellation_reason, c.reaches AS "reaches!", c.late AS "late!""#,
+        merchant_id,
+        id,
+        value,
+        expired_before(block_timestamp)?,
+        i32::try_from(tolerance_bps).unwrap_or(0),
+    )
+    .fetch_one(tx)
+    .await
 }
 
 /// Which intents' time ran out: by the clock for chains without settlement, or on one settled
@@ -405,11 +679,12 @@ pub async fn expire_due(
         Expiry::ChainTime {
             chain,
             block_timestamp,
-        } => {
-            let before = OffsetDateTime::from_unix_timestamp(block_timestamp.saturating_add(1))
-                .map_err(|e| sqlx::Error::Decode(e.into()))?;
-            (Actor::Chain, Some(chain), Some(before), &[][..])
-        }
+        } => (
+            Actor::Chain,
+            Some(chain),
+            Some(expired_before(block_timestamp)?),
+            &[][..],
+        ),
     };
     let mut expired = 0;
     for step in state::sources_of(Action::Expire) {
@@ -418,9 +693,9 @@ pub async fn expire_due(
             continue;
         }
         let mut tx = conn.begin().await?;
-        let moved = sqlx::query_as!(
-            Expired,
-            r#"
+        let moved = query_intent!(
+        Expired,
+        r#"
             WITH due AS (
                 SELECT merchant_id, id, version FROM payment_intents p
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
@@ -454,10 +729,8 @@ pub async fn expire_due(
                 INSERT INTO payment_intent_transitions (merchant_id, intent_id, version, from_state, to_state, action, actor)
                 SELECT merchant_id, id, version, $1, $3, $5, $6 FROM moved
             )
-            SELECT merchant_id, id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer,
-                   payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address, expires_at, created_at, updated_at, canceled_at,
-                   cancellation_reason, failure_reason, pending_reason, settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
-                   metadata AS "metadata: Json<Metadata>"
+            SELECT merchant_id, "#,
+        r#"
               FROM moved
             "#,
             step.from.as_str(),
@@ -574,12 +847,11 @@ pub async fn list(
     after: Option<&Cursor>,
     limit: i64,
 ) -> Result<Vec<PaymentIntent>, sqlx::Error> {
-    sqlx::query_as!(
+    query_intent!(
         PaymentIntent,
         r#"
-        SELECT id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token, payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod", deposit_address,
-               expires_at, created_at, updated_at, canceled_at, cancellation_reason, failure_reason, pending_reason,
-               settlement AS "settlement: Json<Settlement>", amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!", amount_refunded::text AS "amount_refunded!", checkout_url, client_secret, metadata AS "metadata: Json<Metadata>"
+        SELECT "#,
+        r#"
           FROM payment_intents
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR state = $2)

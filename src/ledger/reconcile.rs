@@ -151,16 +151,11 @@ async fn deposits(
     confirmed: u64,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let addresses: Vec<Address> = sqlx::query_scalar!(
-        r#"SELECT deposit_address AS "address!" FROM payment_intents
-            WHERE chain = $1 AND deposit_address IS NOT NULL"#,
-        chain.name
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .filter_map(|a| a.parse().ok())
-    .collect();
+    let addresses: Vec<Address> = crate::intents::repo::deposit_addresses_on(conn, &chain.name)
+        .await?
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect();
     if addresses.is_empty() {
         return Ok(());
     }
@@ -348,16 +343,10 @@ async fn on_chain(
     report: &mut Report,
     unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<Movements> {
-    let pairs = sqlx::query!(
-        "SELECT DISTINCT token, payee FROM payment_intents WHERE chain = $1",
-        chain.name
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let pairs = crate::intents::repo::payees_on(conn, &chain.name).await?;
     let mut payees: HashMap<Address, Vec<B256>> = HashMap::new();
-    for pair in pairs {
-        let (Ok(token), Ok(payee)) = (pair.token.parse::<Address>(), pair.payee.parse::<Address>())
-        else {
+    for (token, payee) in pairs {
+        let (Ok(token), Ok(payee)) = (token.parse::<Address>(), payee.parse::<Address>()) else {
             continue;
         };
         payees.entry(token).or_default().push(payee.into_word());
@@ -448,17 +437,20 @@ async fn authorized_before(
     let (nonce, token) = (used.nonce.as_slice(), token.to_checksum(None));
     let authorized =
         match kind {
-            Signed::Payment => sqlx::query_as!(
-                Authorized,
-                r#"SELECT id AS subject, payer AS "from!", payee AS "to", amount::text AS "amount!"
-                 FROM payment_intents WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
+            Signed::Payment => crate::intents::repo::by_chain_nonce(
+                conn,
+                &chain.name,
+                &token,
+                &used.authorizer.to_checksum(None),
                 nonce,
-                chain.name,
-                token,
-                used.authorizer.to_checksum(None),
             )
-            .fetch_optional(conn)
-            .await?,
+            .await?
+            .map(|intent| Authorized {
+                subject: intent.id,
+                from: intent.payer.unwrap_or_default(),
+                to: intent.payee,
+                amount: intent.amount,
+            }),
             Signed::Refund => sqlx::query_as!(
                 Authorized,
                 r#"SELECT id AS subject, payee AS "from", payer AS "to", amount::text AS "amount!"

@@ -223,6 +223,38 @@ pub struct Status {
     pub last_error: Option<String>,
 }
 
+/// The submission on chain `chain_id` that sends what `dedupe_key` names, if one was queued.
+pub async fn find(
+    conn: &mut PgConnection,
+    chain_id: u64,
+    dedupe_key: &str,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT id FROM chain_submissions WHERE chain_id = $1 AND dedupe_key = $2",
+        chain_id as i64,
+        dedupe_key,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Every transaction broadcast for the submission of `kind` about `subject`, the last one newest;
+/// none if nothing was queued.
+pub async fn tx_hashes_of(
+    conn: &mut PgConnection,
+    kind: &str,
+    subject: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    let hashes = sqlx::query_scalar!(
+        "SELECT tx_hashes FROM chain_submissions WHERE kind = $1 AND subject = $2",
+        kind,
+        subject,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(hashes.unwrap_or_default())
+}
+
 pub async fn status(conn: &mut PgConnection, id: Uuid) -> Result<Option<Status>, sqlx::Error> {
     sqlx::query_as!(
         Status,

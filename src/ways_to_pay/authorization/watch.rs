@@ -68,16 +68,13 @@ impl Watch for PaymentWatch {
             return Ok(None);
         };
         let token = log.address().to_checksum(None);
-        // A nonce belongs to its authorizer: another address using the same bytes burns nothing of ours.
-        let intent = sqlx::query!(
-            r#"SELECT merchant_id, id, payer, payee, amount::text AS "amount!" FROM payment_intents
-                WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
+        let intent = repo::by_chain_nonce(
+            conn,
+            &chain.name,
+            &token,
+            &authorizer.to_checksum(None),
             nonce.as_slice(),
-            chain.name,
-            token,
-            authorizer.to_checksum(None),
         )
-        .fetch_optional(&mut *conn)
         .await?;
         let Some(intent) = intent else {
             return Ok(None);

@@ -87,13 +87,7 @@ impl SubmissionKind for DepositSweep {
         subject: &'a str,
     ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
         Box::pin(async move {
-            let address = sqlx::query_scalar!(
-                "SELECT deposit_address FROM payment_intents WHERE id = $1",
-                subject
-            )
-            .fetch_optional(&mut *conn)
-            .await?
-            .flatten();
+            let address = crate::intents::repo::deposit_address_of(conn, subject).await?;
             let Some(address) = address else {
                 return Ok(Wanted::No("intent_missing".to_owned()));
             };

@@ -131,17 +131,11 @@ impl Watch for DepositWatch {
         if ends.is_empty() {
             return Ok(vec![None; logs.len()]);
         }
-        let intents: HashMap<String, _> = sqlx::query!(
-            r#"SELECT merchant_id, id, token, payee, deposit_address AS "deposit_address!" FROM payment_intents
-                WHERE chain = $1 AND deposit_address = ANY($2::text[])"#,
-            chain.name,
-            &ends,
-        )
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|row| (row.deposit_address.clone(), row))
-        .collect();
+        let intents: HashMap<String, _> = repo::by_deposit_addresses(conn, &chain.name, &ends)
+            .await?
+            .into_iter()
+            .map(|row| (row.deposit_address.clone(), row))
+            .collect();
         let mut observed = Vec::with_capacity(logs.len());
         for (log, transfer) in logs.iter().zip(transfers) {
             let Some((from, to, value)) = transfer else {
@@ -265,35 +259,15 @@ impl DepositWatch {
     ) -> Result<&'static str, sqlx::Error> {
         let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
             .map_err(|e| sqlx::Error::Decode(e.into()))?;
-        // Its time ran out by the deposit's block as by any confirmed block's (`repo::expire_due`):
-        // once the block's second reaches its expiry's whole second.
-        let expired_before = block_time + time::Duration::seconds(1);
-        // The rule of paying, in one statement: what it received now pays it if it reaches the
-        // amount within the tolerance, and only while it is open and its time has not run out by
-        // the deposit's block; once paid, what it received beyond the amount is overpaid.
-        let intent = sqlx::query!(
-            r#"WITH counted AS (
-                   SELECT merchant_id, id, amount_received + $3::text::numeric AS received,
-                          (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5) AS reaches,
-                          state = 'created' AND expires_at < $4 AS late,
-                          state = 'succeeded'
-                          OR (state = 'created' AND expires_at >= $4
-                              AND (amount_received + $3::text::numeric) * 10000 >= amount * (10000 - $5)) AS pays
-                     FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE
-               )
-               UPDATE payment_intents p
-                  SET amount_received = c.received,
-                      amount_overpaid = CASE WHEN c.pays THEN GREATEST(c.received - p.amount, 0) ELSE p.amount_overpaid END
-                 FROM counted c
-                WHERE p.merchant_id = c.merchant_id AND p.id = c.id
-            RETURNING p.state AS "state: IntentState", p.version, p.cancellation_reason, c.reaches AS "reaches!", c.late AS "late!""#,
-            transfer.merchant_id,
-            transfer.intent_id,
-            transfer.value,
-            expired_before,
-            i32::try_from(self.underpayment_tolerance_bps).unwrap_or(0),
+        // Counted by the intents' rule of paying, judged by the deposit's own block.
+        let intent = repo::count_deposit(
+            tx,
+            &transfer.merchant_id,
+            &transfer.intent_id,
+            &transfer.value,
+            o.block_timestamp,
+            self.underpayment_tolerance_bps,
         )
-        .fetch_one(&mut *tx)
         .await?;
         // The row is locked: the intent is as read, and moves from there.
         let mut seen = Seen {

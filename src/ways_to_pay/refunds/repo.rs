@@ -15,7 +15,7 @@ use crate::{
     events::{self, NewEvent},
     intents::{
         domain::{Amount, ExpiresIn, IntentId},
-        repo::Settlement,
+        repo::{self as intents, Settlement},
         state::IntentState,
     },
 };
@@ -141,15 +141,9 @@ pub async fn create(
     intent: &IntentId,
     new: &NewRefund<'_>,
 ) -> Result<Refund, CreateError> {
-    let paid = sqlx::query!(
-        r#"SELECT state AS "state: IntentState", amount::text AS "amount!", settlement IS NOT NULL AS "paid!"
-             FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE"#,
-        merchant.as_str(),
-        intent.as_str(),
-    )
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or(CreateError::NoIntent)?;
+    let paid = intents::lock_for_refund(conn, merchant, intent)
+        .await?
+        .ok_or(CreateError::NoIntent)?;
     if !paid.paid {
         return Err(CreateError::NotPaid(paid.state));
     }
@@ -183,9 +177,8 @@ pub async fn create(
         r#"
         INSERT INTO refunds (merchant_id, id, intent_id, state, version, amount, chain, token, payee, payer,
                              reason, chain_nonce, expires_at)
-        SELECT merchant_id, $3, id, 'created', 1, $4::text::numeric, chain, token, payee, payer, $5, $6,
-               date_trunc('second', now() + make_interval(secs => $7))
-          FROM payment_intents WHERE merchant_id = $1 AND id = $2
+        VALUES ($1, $3, $2, 'created', 1, $4::text::numeric, $8, $9, $10, $11, $5, $6,
+                date_trunc('second', now() + make_interval(secs => $7)))
         RETURNING merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                   amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                   pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
@@ -197,6 +190,10 @@ pub async fn create(
         new.reason.map(Reason::as_str),
         &domain::chain_nonce(id.as_str())[..],
         f64::from(new.expires_in.seconds()),
+        paid.chain,
+        paid.token,
+        paid.payee,
+        paid.payer,
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -316,7 +313,7 @@ pub enum TransitionError {
 
 /// Applies `action` to the refund `id` of `merchant` if the machine allows it, by compare-and-set
 /// on its version, with its event; a refund that succeeds adds its amount to its intent's
-/// `amount_refunded` in the same statement.
+/// `amount_refunded` (`intents::repo::add_refunded`) in the caller's transaction.
 pub async fn apply(
     conn: &mut PgConnection,
     merchant: &str,
@@ -350,10 +347,6 @@ pub async fn apply(
                        pending_reason = CASE WHEN $4 = 'processing' THEN pending_reason END
                  WHERE merchant_id = $1 AND id = $2 AND version = $3
              RETURNING *
-            ), refunded AS (
-                UPDATE payment_intents p SET amount_refunded = p.amount_refunded + moved.amount
-                  FROM moved
-                 WHERE moved.state = 'succeeded' AND p.merchant_id = moved.merchant_id AND p.id = moved.intent_id
             )
             SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                    amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
@@ -371,6 +364,10 @@ pub async fn apply(
         .await?;
         if let Some(row) = moved {
             let refund = Refund::from(row);
+            if refund.state == RefundState::Succeeded {
+                intents::add_refunded(conn, merchant, &refund.payment_intent, &refund.amount)
+                    .await?;
+            }
             record_event(conn, merchant, &state::event_type(to), &refund).await?;
             return Ok(refund);
         }

@@ -346,16 +346,15 @@ async fn held_already(
     authorizer: Address,
     nonce: B256,
 ) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM payment_intents
-                           WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4) AS "held!""#,
-        nonce.as_slice(),
+    let owner = crate::intents::repo::by_chain_nonce(
+        conn,
         chain,
-        token.to_checksum(None),
-        authorizer.to_checksum(None),
+        &token.to_checksum(None),
+        &authorizer.to_checksum(None),
+        nonce.as_slice(),
     )
-    .fetch_one(conn)
-    .await
+    .await?;
+    Ok(owner.is_some())
 }
 
 fn unavailable(chain: &str, e: ChainError) -> ApiError {

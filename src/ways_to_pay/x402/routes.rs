@@ -179,12 +179,9 @@ pub async fn payment(
     };
     let mut conn = pool.acquire().await?;
     let rows = sqlx::query!(
-        r#"SELECT p.token, p.intent_id, p.success_tx, coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
-             FROM x402_payments p
-             LEFT JOIN chain_submissions s
-                    ON s.kind = 'intent_payment' AND s.subject = p.intent_id
-            WHERE p.merchant_id = $1 AND p.chain = $2 AND p.authorizer = $3 AND p.nonce = $4
-              AND ($5::text IS NULL OR p.token = $5)
+        r#"SELECT token, intent_id, success_tx FROM x402_payments
+            WHERE merchant_id = $1 AND chain = $2 AND authorizer = $3 AND nonce = $4
+              AND ($5::text IS NULL OR token = $5)
             LIMIT 2"#,
         merchant.as_str(),
         chain,
@@ -208,13 +205,19 @@ pub async fn payment(
     let intent = crate::intents::repo::find(&mut conn, &merchant, &id)
         .await?
         .ok_or_else(|| ApiError::internal("an x402 payment without its intent"))?;
+    let transactions = crate::rails::outbox::tx_hashes_of(
+        &mut conn,
+        crate::intents::payment::KIND,
+        &row.intent_id,
+    )
+    .await?;
     Ok(Json(X402Payment {
         network,
         asset: row.token.clone(),
         payer: authorizer.to_checksum(None),
         nonce: nonce.to_string(),
         success_transaction: row.success_tx.clone(),
-        transactions: row.tx_hashes.clone(),
+        transactions,
         payment_intent: intent,
     }))
 }

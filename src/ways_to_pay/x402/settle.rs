@@ -422,13 +422,7 @@ async fn await_transfer(
     let dedupe_key = eip3009::dedupe_key(key.token, key.authorizer, key.nonce);
     let submission = {
         let mut conn = pool.acquire().await?;
-        sqlx::query_scalar!(
-            "SELECT id FROM chain_submissions WHERE chain_id = $1 AND dedupe_key = $2",
-            endpoint.id as i64,
-            dedupe_key,
-        )
-        .fetch_optional(&mut *conn)
-        .await?
+        crate::rails::outbox::find(&mut conn, endpoint.id, &dedupe_key).await?
     };
     let mut waiting = Waiting {
         chains,
@@ -443,21 +437,17 @@ async fn await_transfer(
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let now = {
+        let (now, tx_hashes) = {
             let mut conn = pool.acquire().await?;
-            sqlx::query!(
-                r#"SELECT i.state AS "state: IntentState", i.failure_reason, i.pending_reason,
-                          i.settlement->>'transaction_hash' AS settled_by,
-                          coalesce(s.tx_hashes, '{}') AS "tx_hashes!"
-                     FROM payment_intents i
-                     LEFT JOIN chain_submissions s ON s.id = $3
-                    WHERE i.merchant_id = $1 AND i.id = $2"#,
-                held.merchant_id,
-                held.intent_id,
-                submission,
-            )
-            .fetch_one(&mut *conn)
-            .await?
+            let now =
+                crate::intents::repo::payment_state(&mut conn, &held.merchant_id, &held.intent_id)
+                    .await?
+                    .ok_or_else(|| ApiError::internal("a held x402 payment without its intent"))?;
+            let sent = match submission {
+                Some(id) => crate::rails::outbox::status(&mut conn, id).await?,
+                None => None,
+            };
+            (now, sent.map(|s| s.tx_hashes).unwrap_or_default())
         };
 
         match now.state {
@@ -488,7 +478,7 @@ async fn await_transfer(
         if look_again {
             looked_at = Instant::now();
         }
-        for hash in now.tx_hashes.iter().rev() {
+        for hash in tx_hashes.iter().rev() {
             let Ok(parsed) = hash.parse::<B256>() else {
                 continue;
             };
@@ -515,7 +505,7 @@ async fn await_transfer(
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let hash = now.tx_hashes.last().cloned();
+            let hash = tx_hashes.last().cloned();
             let why = match (&hash, now.pending_reason) {
                 (_, Some(held_for)) => format!(
                     "the token refuses the transfer for now ({held_for}); it is tried again until validBefore"
