@@ -126,7 +126,7 @@ pub trait Watch: Send + Sync + 'static {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         observation: &Observation,
-    ) -> impl Future<Output = Result<&'static str, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<&'static str, WatchError>> + Send;
 
     /// Work that follows the confirmed chain's time (expiry), after the observations are applied.
     fn confirmed(
@@ -200,7 +200,7 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         observation: &Observation,
-    ) -> Result<&'static str, sqlx::Error> {
+    ) -> Result<&'static str, WatchError> {
         if self.0.applies(&observation.kind) {
             self.0.apply(tx, chain, observation).await
         } else if self.1.applies(&observation.kind) {
@@ -208,7 +208,7 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
         } else {
             // Made by a newer replica's watch this one lacks (a rolling deploy): not applied, and
             // not marked applied, so the replica that knows its kind applies it.
-            Err(sqlx::Error::Protocol(format!(
+            Err(WatchError::Unexpected(format!(
                 "an observation of kind {} that no watch here applies",
                 observation.kind
             )))
@@ -273,6 +273,37 @@ pub enum FollowError {
     Database(#[from] sqlx::Error),
     #[error("{0}")]
     Halted(String),
+    /// A watch met what it does not expect; the unit is done again later, the cursor kept.
+    #[error("{0}")]
+    Watch(String),
+}
+
+/// Why a watch did not apply an observation. Either way nothing of the unit is committed, and the
+/// follower tries again at its next tick.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// What it read is not what it expects: a payload it cannot read, a kind no watch here
+    /// applies (a newer replica's, in a rolling deploy), a row that changed under its lock.
+    #[error("{0}")]
+    Unexpected(String),
+}
+
+impl WatchError {
+    /// A payload (or a value in it) that does not read as the watch wrote it.
+    pub fn unreadable(what: impl std::fmt::Display) -> Self {
+        Self::Unexpected(format!("an observation that does not read: {what}"))
+    }
+}
+
+impl From<WatchError> for FollowError {
+    fn from(e: WatchError) -> Self {
+        match e {
+            WatchError::Database(e) => Self::Database(e),
+            WatchError::Unexpected(why) => Self::Watch(why),
+        }
+    }
 }
 
 impl From<alloy::transports::TransportError> for FollowError {

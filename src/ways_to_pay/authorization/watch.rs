@@ -18,7 +18,9 @@ use crate::{
     ledger,
     rails::{
         eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        follower::{
+            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+        },
         rpc::Node,
     },
     telemetry::metrics as names,
@@ -100,7 +102,8 @@ impl Watch for PaymentWatch {
         Ok(Some(Observed {
             kind,
             subject: intent.id,
-            payload: serde_json::to_value(payload).map_err(|e| sqlx::Error::Decode(e.into()))?,
+            payload: serde_json::to_value(payload)
+                .map_err(|e| FollowError::Watch(e.to_string()))?,
         }))
     }
 
@@ -112,9 +115,9 @@ impl Watch for PaymentWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, sqlx::Error> {
+    ) -> Result<&'static str, WatchError> {
         let used: NonceUse =
-            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
         let (action, outcome) = match (o.kind.as_str(), used.pays_intent) {
             (CANCELED, _) => (Action::CancelAuthorization, "authorization_canceled"),
             (_, true) => (Action::Settle, "succeeded"),
@@ -124,7 +127,7 @@ impl Watch for PaymentWatch {
             transaction_hash: o.transaction_hash.clone(),
             block_number: o.block_number as u64,
             block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-                .map_err(|e| sqlx::Error::Decode(e.into()))?,
+                .map_err(WatchError::unreadable)?,
         };
         let paid = used.pays_intent.then_some(&settlement);
         let outcome = match repo::apply_paid(
@@ -147,7 +150,7 @@ impl Watch for PaymentWatch {
                 "ignored"
             }
             Err(TransitionError::NotFound) => "ignored",
-            Err(TransitionError::Database(e)) => return Err(e),
+            Err(TransitionError::Database(e)) => return Err(e.into()),
         };
         if let (true, Some(transfer)) = (used.pays_intent, &used.transfer) {
             let event = ledger::ChainEvent {

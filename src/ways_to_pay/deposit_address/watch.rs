@@ -24,7 +24,9 @@ use crate::{
     ledger,
     rails::{
         evm::token::Eip3009,
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        follower::{
+            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+        },
         rpc::Node,
     },
 };
@@ -165,7 +167,7 @@ impl Watch for DepositWatch {
                 kind,
                 subject: intent.id.clone(),
                 payload: serde_json::to_value(payload)
-                    .map_err(|e| sqlx::Error::Decode(e.into()))?,
+                    .map_err(|e| FollowError::Watch(e.to_string()))?,
             }));
         }
         Ok(observed)
@@ -176,9 +178,9 @@ impl Watch for DepositWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, sqlx::Error> {
+    ) -> Result<&'static str, WatchError> {
         let transfer: DepositTransfer =
-            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
         let event = ledger::ChainEvent {
             chain: &chain.name,
             transaction_hash: &o.transaction_hash,
@@ -211,7 +213,7 @@ impl Watch for DepositWatch {
         ledger::post(tx, &entry).await?;
         let address = |raw: &str| {
             raw.parse::<Address>()
-                .map_err(|e| sqlx::Error::Decode(format!("stored address {raw}: {e}").into()))
+                .map_err(|e| WatchError::unreadable(format!("stored address {raw}: {e}")))
         };
         let queued = sweep::queue(
             tx,
@@ -236,7 +238,7 @@ impl Watch for DepositWatch {
         self.count(tx, &transfer, o).await
     }
 
-    /// Deposit intents expire with the others, by the payment watch (`ways_to_pay::authorization::watch`).
+    /// Deposit intents expire with the others, by the payment watch.
     async fn confirmed(
         &self,
         _conn: &mut PgConnection,
@@ -256,9 +258,9 @@ impl DepositWatch {
         tx: &mut PgConnection,
         transfer: &DepositTransfer,
         o: &Observation,
-    ) -> Result<&'static str, sqlx::Error> {
+    ) -> Result<&'static str, WatchError> {
         let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-            .map_err(|e| sqlx::Error::Decode(e.into()))?;
+            .map_err(WatchError::unreadable)?;
         // Counted by the intents' rule of paying, judged by the deposit's own block.
         let intent = repo::count_deposit(
             tx,
@@ -323,7 +325,7 @@ impl DepositWatch {
         seen: Seen,
         action: Action,
         settlement: Option<&Settlement>,
-    ) -> Result<Option<repo::PaymentIntent>, sqlx::Error> {
+    ) -> Result<Option<repo::PaymentIntent>, WatchError> {
         let change = Change {
             action,
             actor: &Actor::Chain,
@@ -339,7 +341,7 @@ impl DepositWatch {
         )
         .await
         {
-            Ok(None) => Err(sqlx::Error::Protocol(format!(
+            Ok(None) => Err(WatchError::Unexpected(format!(
                 "payment intent {} changed under its row lock",
                 transfer.intent_id
             ))),
@@ -352,7 +354,7 @@ impl DepositWatch {
                 Ok(None)
             }
             Err(TransitionError::NotFound) => Ok(None),
-            Err(TransitionError::Database(e)) => Err(e),
+            Err(TransitionError::Database(e)) => Err(e.into()),
         }
     }
 }

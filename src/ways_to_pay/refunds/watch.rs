@@ -18,7 +18,9 @@ use crate::{
     ledger,
     rails::{
         eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
-        follower::{ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch},
+        follower::{
+            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+        },
         rpc::Node,
     },
     telemetry::metrics as names,
@@ -104,7 +106,8 @@ impl Watch for RefundWatch {
         Ok(Some(Observed {
             kind,
             subject: refund.id,
-            payload: serde_json::to_value(payload).map_err(|e| sqlx::Error::Decode(e.into()))?,
+            payload: serde_json::to_value(payload)
+                .map_err(|e| FollowError::Watch(e.to_string()))?,
         }))
     }
 
@@ -115,9 +118,9 @@ impl Watch for RefundWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, sqlx::Error> {
+    ) -> Result<&'static str, WatchError> {
         let used: NonceUse =
-            serde_json::from_value(o.payload.clone()).map_err(|e| sqlx::Error::Decode(e.into()))?;
+            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
         let (action, outcome) = match (o.kind.as_str(), used.pays_refund) {
             (CANCELED, _) => (Action::CancelAuthorization, "refund_canceled"),
             (_, true) => (Action::Settle, "refund_succeeded"),
@@ -127,7 +130,7 @@ impl Watch for RefundWatch {
             transaction_hash: o.transaction_hash.clone(),
             block_number: o.block_number as u64,
             block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-                .map_err(|e| sqlx::Error::Decode(e.into()))?,
+                .map_err(WatchError::unreadable)?,
         };
         let paid = used.pays_refund.then_some(&settlement);
         let outcome = match repo::apply(tx, &used.merchant_id, &used.refund_id, action, paid).await
@@ -141,7 +144,7 @@ impl Watch for RefundWatch {
                 "ignored"
             }
             Err(TransitionError::NotFound) => "ignored",
-            Err(TransitionError::Database(e)) => return Err(e),
+            Err(TransitionError::Database(e)) => return Err(e.into()),
         };
         if let (true, Some(transfer)) = (used.pays_refund, &used.transfer) {
             let event = ledger::ChainEvent {
