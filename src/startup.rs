@@ -1,6 +1,6 @@
 //! Wires settings, database and router into a running server.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use anyhow::Context;
 use hyper_util::{
@@ -13,13 +13,12 @@ use tokio::net::TcpListener;
 use crate::{
     auth,
     checkout::{self, changes::ChangesWorker},
-    config::{Settings, SettlementSettings, WebhookSettings},
+    config::{Settings, WebhookSettings},
     db,
     housekeeping::SweepWorker,
-    http, intents, rails,
-    rails::outbox,
+    http, rails,
     tenants::{self, RegistryWorker},
-    ways_to_pay::{authorization, deposit_address, refunds},
+    ways_to_pay,
     webhooks::delivery::DeliveryWorker,
     workers::{Failed, Next, Schedule, Worker, Workers},
 };
@@ -175,33 +174,10 @@ impl Application {
             &self.database_url,
             &self.settlement,
             std::mem::take(&mut self.relayer_keys),
-            submission_kinds(),
-            chain_watch(&self.settlement.settings),
+            ways_to_pay::submission_kinds(),
+            ways_to_pay::chain_watch(&self.settlement.settings),
         );
     }
-}
-
-/// What the relayer sends: every way to pay's submission kind.
-pub fn submission_kinds() -> outbox::Kinds {
-    outbox::Kinds::new(vec![
-        Arc::new(intents::payment::IntentPayment),
-        Arc::new(refunds::payments::RefundPayment),
-        Arc::new(deposit_address::sweep::DepositSweep),
-    ])
-}
-
-/// What the chain follower looks for: every way to pay's watch, on one cursor per chain.
-pub fn chain_watch(settings: &SettlementSettings) -> impl crate::rails::follower::Watch + Clone {
-    let deposits = deposit_address::watch::DepositWatch {
-        underpayment_tolerance_bps: settings.underpayment_tolerance_bps,
-    };
-    (
-        (
-            authorization::watch::PaymentWatch,
-            refunds::watch::RefundWatch,
-        ),
-        deposits,
-    )
 }
 
 /// Checks both pools' idle connections (`db::Pool::check_idle`).

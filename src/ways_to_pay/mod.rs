@@ -11,3 +11,36 @@ pub mod authorization;
 pub mod deposit_address;
 pub mod refunds;
 pub mod x402;
+
+use std::sync::Arc;
+
+use crate::{
+    config::SettlementSettings,
+    intents::payment::IntentPayment,
+    rails::{follower::Watch, outbox},
+};
+
+/// What the relayer sends: every way to pay's submission kinds (x402's settle queues an intent's
+/// payment, as the authorization does).
+pub fn submission_kinds() -> outbox::Kinds {
+    outbox::Kinds::new(vec![
+        Arc::new(IntentPayment),
+        Arc::new(refunds::payments::RefundPayment),
+        Arc::new(deposit_address::sweep::DepositSweep),
+    ])
+}
+
+/// What the chain follower looks for: every way to pay's watch, on one cursor per chain (x402's
+/// payments are intents' nonce uses, which the authorization's watch sees).
+pub fn chain_watch(settings: &SettlementSettings) -> impl Watch + Clone {
+    let deposits = deposit_address::watch::DepositWatch {
+        underpayment_tolerance_bps: settings.underpayment_tolerance_bps,
+    };
+    (
+        (
+            authorization::watch::PaymentWatch,
+            refunds::watch::RefundWatch,
+        ),
+        deposits,
+    )
+}

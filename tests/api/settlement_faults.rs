@@ -79,7 +79,7 @@ fn relayer_worker(
         chain.clone(),
         rpc::connect(&chain.rpc_url),
         rails::relayer::Key::parse(key).unwrap(),
-        payments_api::startup::submission_kinds(),
+        payments_api::ways_to_pay::submission_kinds(),
         settlement,
     )
 }
