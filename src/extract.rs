@@ -157,8 +157,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
     }
 }
 
-/// One path segment as text, with rejections (e.g. invalid UTF-8 after percent-decoding) in the
-/// API's error format: a path that cannot name anything names nothing, so 404.
+/// One path segment as text, with rejections (e.g. invalid UTF-8 after percent-decoding, or a
+/// NUL, which no id holds) in the API's error format: a path that cannot name anything names
+/// nothing, so 404.
 pub struct PathParam(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathParam {
@@ -167,8 +168,10 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         axum::extract::Path::<String>::from_request_parts(parts, state)
             .await
+            .ok()
+            .filter(|path| !path.0.contains('\0'))
             .map(|path| PathParam(path.0))
-            .map_err(|_| ApiError::NotFound("no such resource".to_owned()))
+            .ok_or_else(|| ApiError::NotFound("no such resource".to_owned()))
     }
 }
 

@@ -418,6 +418,16 @@ async fn a_nul_in_any_string_is_a_400_naming_it_and_writes_nothing() {
     let endpoints = app.get_as(DEMO_TOKEN, "/v1/webhook_endpoints").await;
     assert_eq!(endpoints.json()["data"], serde_json::json!([]));
 
+    // In a path, it names nothing.
+    for path in [
+        "/v1/payment_intents/pi_%00",
+        "/v1/events/evt_%00",
+        "/v1/idempotency_keys/k%00",
+    ] {
+        let answer = app.get_as(DEMO_TOKEN, path).await;
+        assert_eq!(answer.status, 404, "{path}: {}", answer.body);
+    }
+
     // In a query string too.
     let listed = app.list(DEMO_TOKEN, "starting_after=pi_%00").await;
     assert_eq!(listed.status, 400, "{}", listed.body);
