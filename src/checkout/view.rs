@@ -13,6 +13,7 @@ use crate::{
         state::IntentState,
     },
     rails::evm::deposit,
+    ways_to_pay::deposit_address,
 };
 
 /// An intent as its checkout page shows it.
@@ -165,18 +166,8 @@ impl CheckoutView {
             return Ok(self);
         };
         self.confirmations_required = required;
-        let confirming = sqlx::query!(
-            r#"SELECT COALESCE(sum((o.payload->>'value')::numeric), 0)::text AS "amount!",
-                      (SELECT c.block_number FROM chain_cursors c WHERE c.chain_id = $3) - min(o.block_number) + 1 AS confirmations
-                 FROM chain_observations o
-                WHERE o.kind = 'deposit_received' AND o.subject = $1 AND o.applied_at IS NULL
-                  AND o.payload->>'token' = $2"#,
-            self.id,
-            self.token,
-            self.chain_id as i64,
-        )
-        .fetch_one(&mut *conn)
-        .await?;
+        let confirming =
+            deposit_address::watch::confirming(conn, &self.id, &self.token, self.chain_id).await?;
         self.amount_confirming = confirming.amount;
         self.confirmations = confirming
             .confirmations

@@ -30,9 +30,7 @@ use crate::{
     },
     ledger, merchants, rails,
     telemetry::{self, metrics},
-    tenants,
-    ways_to_pay::{authorization, refunds, x402},
-    webhooks,
+    tenants, ways_to_pay, webhooks,
     workers::Heartbeats,
 };
 
@@ -87,9 +85,9 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
     };
+    let ways_to_pay = ways_to_pay::routes(&idempotency);
     let api = intents::router()
-        .merge(authorization::routes::router())
-        .merge(refunds::router())
+        .merge(ways_to_pay.api)
         .merge(merchants::router())
         .merge(ledger::router())
         .merge(idempotency::router())
@@ -106,9 +104,10 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
             settings.request_timeout,
             deadline::enforce,
         ));
-    // The x402 facilitator: the merchant's key and limits, the deadline; only settle is
-    // idempotent (`docs/x402.md`).
-    let x402 = x402::router(idempotency.clone())
+    // Ways to pay with their own idempotency and no turn (the x402 facilitator, `docs/x402.md`):
+    // the merchant's key and limits, the deadline.
+    let own = ways_to_pay
+        .own
         .route_layer(from_fn_with_state(limiter, tenants::limit))
         .route_layer(from_fn_with_state(
             authenticator.clone(),
@@ -150,7 +149,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     Router::new()
         .merge(api)
         .merge(checkout)
-        .merge(x402)
+        .merge(own)
         .merge(unknown_api)
         .merge(operations)
         .fallback(no_such_endpoint)

@@ -1,6 +1,7 @@
 //! Payment intents: the domain types, their states, storage and routes.
 
 pub mod domain;
+pub mod expiry;
 pub mod payment;
 pub mod repo;
 pub mod routes;

@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 
 use super::{
     domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
+    expiry::ExpiryHolds,
     state::{self, Action, Actor, IntentState},
 };
 use crate::{
@@ -656,11 +657,12 @@ pub enum Expiry<'a> {
     /// `created` intents past `expires_at` now, except on these chains (their follower decides).
     Clock { settled_chains: &'a [String] },
     /// `created` and `processing` intents on `chain` whose authorization's `validBefore` (expiry
-    /// in whole seconds, rounded down) is at or before `block_timestamp`, and whose nonce no
-    /// observed transaction used.
+    /// in whole seconds, rounded down) is at or before `block_timestamp`, and that nothing
+    /// observed of them holds off.
     ChainTime {
         chain: &'a str,
         block_timestamp: i64,
+        holds: &'a ExpiryHolds,
     },
 }
 
@@ -674,16 +676,20 @@ pub async fn expire_due(
     batch: i64,
     expiry: &Expiry<'_>,
 ) -> Result<u64, sqlx::Error> {
-    let (actor, chain, before, excluded) = match *expiry {
-        Expiry::Clock { settled_chains } => (Actor::System, None, None, settled_chains),
+    let no_holds = ExpiryHolds::default();
+    let (actor, chain, before, excluded, holds) = match *expiry {
+        // Not a settled chain's intent: nothing observed of it.
+        Expiry::Clock { settled_chains } => (Actor::System, None, None, settled_chains, &no_holds),
         Expiry::ChainTime {
             chain,
             block_timestamp,
+            holds,
         } => (
             Actor::Chain,
             Some(chain),
             Some(expired_before(block_timestamp)?),
             &[][..],
+            holds,
         ),
     };
     let mut expired = 0;
@@ -701,14 +707,11 @@ pub async fn expire_due(
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
                    AND ($8::text IS NULL OR chain = $8)
                    AND chain <> ALL($9::text[])
-                   -- A nonce use seen on chain (the authorization watch) is the chain's to settle,
-                   -- and so is a deposit seen and not yet applied (the deposit watch), which
-                   -- judges by its own block whether it came in time.
+                   -- What the ways to pay observed of it holds it off (`ExpiryHolds`).
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
-                                    WHERE o.kind IN ('authorization_used', 'authorization_canceled')
-                                      AND o.subject = p.id)
+                                    WHERE o.kind = ANY($11::text[]) AND o.subject = p.id)
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
-                                    WHERE o.kind = 'deposit_received' AND o.subject = p.id
+                                    WHERE o.kind = ANY($12::text[]) AND o.subject = p.id
                                       AND o.applied_at IS NULL)
                  ORDER BY expires_at
                  LIMIT $2
@@ -743,6 +746,8 @@ pub async fn expire_due(
             chain,
             excluded,
             step.failure_reason,
+            &holds.observed as &[&str],
+            &holds.unapplied as &[&str],
         )
         .fetch_all(&mut *tx)
         .await?;

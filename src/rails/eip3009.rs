@@ -312,11 +312,11 @@ pub async fn transfer_after(node: &Node, log: &Log) -> Result<Option<Transfer>, 
 }
 
 /// The authorizer, nonce and kind (`used` or `canceled`) of an EIP-3009 nonce log, if it is one.
-pub fn nonce_log<'k>(
+pub fn nonce_log<K>(
     log: &Log,
-    used: &'k str,
-    canceled: &'k str,
-) -> Option<(&'k str, alloy::primitives::Address, alloy::primitives::B256)> {
+    used: K,
+    canceled: K,
+) -> Option<(K, alloy::primitives::Address, alloy::primitives::B256)> {
     if let Ok(e) = Eip3009::AuthorizationUsed::decode_log_data(log.data()) {
         Some((used, e.authorizer, e.nonce))
     } else if let Ok(e) = Eip3009::AuthorizationCanceled::decode_log_data(log.data()) {

@@ -19,6 +19,7 @@ use alloy::{
     providers::Provider,
     rpc::types::{Filter, Log},
 };
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection, types::Json};
 
@@ -51,12 +52,72 @@ pub struct Interest {
     pub events: Vec<B256>,
 }
 
+/// The kinds of fact a watch records: an enum of its own, stored by name in
+/// `chain_observations.kind`.
+pub trait ObservationKind: Copy + Send + Sync + 'static {
+    /// Every kind, so a stored name reads back.
+    const ALL: &'static [Self];
+
+    fn as_str(self) -> &'static str;
+
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+
+    /// Every kind's stored name, for a query that looks for them.
+    fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.as_str()).collect()
+    }
+}
+
+/// What applying an observation did: an enum of each watch's, named in `settlements_total`.
+pub trait Outcome: Send + 'static {
+    fn label(&self) -> &'static str;
+}
+
+/// The outcome of one of two watches joined.
+pub enum Either<A, B> {
+    First(A),
+    Second(B),
+}
+
+impl<A: Outcome, B: Outcome> Outcome for Either<A, B> {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::First(a) => a.label(),
+            Self::Second(b) => b.label(),
+        }
+    }
+}
+
+/// A watch that applies nothing has no outcome.
+impl Outcome for std::convert::Infallible {
+    fn label(&self) -> &'static str {
+        match *self {}
+    }
+}
+
 /// What a watch makes of a log: a fact of `kind` about `subject`, with a payload only it reads.
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub kind: &'static str,
     pub subject: String,
     pub payload: Value,
+}
+
+impl Observed {
+    pub fn new(
+        kind: impl ObservationKind,
+        subject: String,
+        payload: &impl Serialize,
+    ) -> Result<Self, FollowError> {
+        Ok(Self {
+            kind: kind.as_str(),
+            subject,
+            payload: serde_json::to_value(payload)
+                .map_err(|e| FollowError::Watch(format!("an unwritable payload: {e}")))?,
+        })
+    }
 }
 
 /// An observation as stored, handed back to its watch once its block is confirmed.
@@ -71,6 +132,20 @@ pub struct Observation {
     pub payload: Value,
 }
 
+impl Observation {
+    /// Its kind and its payload, as the watch that made it wrote them.
+    pub fn read<K: ObservationKind, P: DeserializeOwned>(&self) -> Result<(K, P), WatchError> {
+        let kind = K::parse(&self.kind).ok_or_else(|| {
+            WatchError::Unexpected(format!(
+                "an observation of kind {} that this watch does not make",
+                self.kind
+            ))
+        })?;
+        let payload = P::deserialize(&self.payload).map_err(WatchError::unreadable)?;
+        Ok((kind, payload))
+    }
+}
+
 /// The newest confirmed block the follower knows of.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfirmedBlock {
@@ -81,6 +156,9 @@ pub struct ConfirmedBlock {
 /// What a chain is watched for. Each method runs in the follower's tick; all state that matters
 /// is in PostgreSQL, so a tick cut short is done again.
 pub trait Watch: Send + Sync + 'static {
+    /// What applying one of its observations did.
+    type Outcome: Outcome;
+
     /// Whether observations of `kind` are this watch's to apply.
     fn applies(&self, kind: &str) -> bool;
 
@@ -126,7 +204,7 @@ pub trait Watch: Send + Sync + 'static {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         observation: &Observation,
-    ) -> impl Future<Output = Result<&'static str, WatchError>> + Send;
+    ) -> impl Future<Output = Result<Self::Outcome, WatchError>> + Send;
 
     /// Work that follows the confirmed chain's time (expiry), after the observations are applied.
     fn confirmed(
@@ -134,13 +212,18 @@ pub trait Watch: Send + Sync + 'static {
         conn: &mut PgConnection,
         chain: &ChainEndpoint,
         block: ConfirmedBlock,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        let _ = (conn, chain, block);
+        async { Ok(()) }
+    }
 }
 
 /// Two watches as one, so one follower (one cursor per chain) serves both: their interests
 /// joined, a log offered to the first and then the second, an observation applied by the watch
 /// whose kind it is, and both told of each confirmed block.
 impl<A: Watch, B: Watch> Watch for (A, B) {
+    type Outcome = Either<A::Outcome, B::Outcome>;
+
     fn applies(&self, kind: &str) -> bool {
         self.0.applies(kind) || self.1.applies(kind)
     }
@@ -200,18 +283,19 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         observation: &Observation,
-    ) -> Result<&'static str, WatchError> {
+    ) -> Result<Self::Outcome, WatchError> {
         if self.0.applies(&observation.kind) {
-            self.0.apply(tx, chain, observation).await
+            self.0
+                .apply(tx, chain, observation)
+                .await
+                .map(Either::First)
         } else if self.1.applies(&observation.kind) {
-            self.1.apply(tx, chain, observation).await
+            self.1
+                .apply(tx, chain, observation)
+                .await
+                .map(Either::Second)
         } else {
-            // Made by a newer replica's watch this one lacks (a rolling deploy): not applied, and
-            // not marked applied, so the replica that knows its kind applies it.
-            Err(WatchError::Unexpected(format!(
-                "an observation of kind {} that no watch here applies",
-                observation.kind
-            )))
+            Err(WatchError::not_applied_here(observation))
         }
     }
 
@@ -223,6 +307,43 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
     ) -> Result<(), sqlx::Error> {
         self.0.confirmed(conn, chain, block).await?;
         self.1.confirmed(conn, chain, block).await
+    }
+}
+
+/// No watch: for a way to pay that records nothing on chain of its own (x402's payments are
+/// intents' nonce uses, which the authorization's watch sees).
+impl Watch for () {
+    type Outcome = std::convert::Infallible;
+
+    fn applies(&self, _kind: &str) -> bool {
+        false
+    }
+
+    async fn interest(
+        &self,
+        _conn: &mut PgConnection,
+        _chain: &ChainEndpoint,
+    ) -> Result<Interest, sqlx::Error> {
+        Ok(Interest::default())
+    }
+
+    async fn observe(
+        &self,
+        _conn: &mut PgConnection,
+        _chain: &ChainEndpoint,
+        _node: &Node,
+        _log: &Log,
+    ) -> Result<Option<Observed>, FollowError> {
+        Ok(None)
+    }
+
+    async fn apply(
+        &self,
+        _tx: &mut PgConnection,
+        _chain: &ChainEndpoint,
+        observation: &Observation,
+    ) -> Result<Self::Outcome, WatchError> {
+        Err(WatchError::not_applied_here(observation))
     }
 }
 
@@ -291,6 +412,15 @@ pub enum WatchError {
 }
 
 impl WatchError {
+    /// An observation made by a newer replica's watch this one lacks (a rolling deploy): not
+    /// applied, and not marked applied, so the replica that knows its kind applies it.
+    pub fn not_applied_here(observation: &Observation) -> Self {
+        Self::Unexpected(format!(
+            "an observation of kind {} that no watch here applies",
+            observation.kind
+        ))
+    }
+
     /// A payload (or a value in it) that does not read as the watch wrote it.
     pub fn unreadable(what: impl std::fmt::Display) -> Self {
         Self::Unexpected(format!("an observation that does not read: {what}"))
@@ -797,7 +927,7 @@ impl<W: Watch> Follower<W> {
             .await?;
             tx.commit().await?;
             for outcome in outcomes {
-                metrics::counter!(names::SETTLEMENTS, "chain" => self.chain.name.clone(), "outcome" => outcome)
+                metrics::counter!(names::SETTLEMENTS, "chain" => self.chain.name.clone(), "outcome" => outcome.label())
                     .increment(1);
             }
         }

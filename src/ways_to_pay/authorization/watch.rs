@@ -2,7 +2,7 @@
 //! log changes (`docs/settlement.md`, "Follower and watches"). It wants `AuthorizationUsed` and
 //! `AuthorizationCanceled` of the EIP-3009 tokens read on that chain; a use of an intent's nonce
 //! by its payer settles the intent if the same transaction's transfer paid it and fails it
-//! otherwise; a cancellation fails it; and the newest confirmed block's time expires intents.
+//! otherwise; a cancellation fails it. Either holds the intent's expiry off (`ExpiryHolds`).
 
 use alloy::rpc::types::Log;
 use serde::{Deserialize, Serialize};
@@ -12,24 +12,60 @@ use time::OffsetDateTime;
 use crate::{
     config::ChainEndpoint,
     intents::{
-        repo::{self, Expiry, Settlement, TransitionError},
+        repo::{self, Settlement, TransitionError},
         state::{Action, Actor},
     },
     ledger,
     rails::{
         eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
         follower::{
-            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+            FollowError, Interest, Observation, ObservationKind, Observed, Outcome, Watch,
+            WatchError,
         },
         rpc::Node,
     },
-    telemetry::metrics as names,
 };
 
-/// An intent's nonce used by its payer (`AuthorizationUsed`).
-pub const USED: &str = "authorization_used";
-/// An intent's nonce canceled by its payer (`AuthorizationCanceled`): it can never pay.
-pub const CANCELED: &str = "authorization_canceled";
+/// What the payment watch records of an intent's nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonceKind {
+    /// Used by its payer (`AuthorizationUsed`).
+    Used,
+    /// Canceled by its payer (`AuthorizationCanceled`): the intent can never be paid with it.
+    Canceled,
+}
+
+impl ObservationKind for NonceKind {
+    const ALL: &'static [Self] = &[Self::Used, Self::Canceled];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Used => "authorization_used",
+            Self::Canceled => "authorization_canceled",
+        }
+    }
+}
+
+/// What a confirmed nonce use or cancellation did to its intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentOutcome {
+    Succeeded,
+    NonceUsedOtherwise,
+    AuthorizationCanceled,
+    /// The intent had already moved (an earlier observation of the nonce) or is final.
+    Ignored,
+}
+
+impl Outcome for PaymentOutcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::NonceUsedOtherwise => "nonce_used_otherwise",
+            Self::AuthorizationCanceled => "authorization_canceled",
+            Self::Ignored => "ignored",
+        }
+    }
+}
 
 /// What an observation of an intent's nonce holds; its subject is the intent's id.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,8 +83,10 @@ struct NonceUse {
 pub struct PaymentWatch;
 
 impl Watch for PaymentWatch {
+    type Outcome = PaymentOutcome;
+
     fn applies(&self, kind: &str) -> bool {
-        [USED, CANCELED].contains(&kind)
+        NonceKind::parse(kind).is_some()
     }
 
     async fn interest(
@@ -66,7 +104,8 @@ impl Watch for PaymentWatch {
         node: &Node,
         log: &Log,
     ) -> Result<Option<Observed>, FollowError> {
-        let Some((kind, authorizer, nonce)) = nonce_log(log, USED, CANCELED) else {
+        let Some((kind, authorizer, nonce)) = nonce_log(log, NonceKind::Used, NonceKind::Canceled)
+        else {
             return Ok(None);
         };
         let token = log.address().to_checksum(None);
@@ -82,8 +121,8 @@ impl Watch for PaymentWatch {
             return Ok(None);
         };
         let transfer = match kind {
-            USED => transfer_after(node, log).await?,
-            _ => None,
+            NonceKind::Used => transfer_after(node, log).await?,
+            NonceKind::Canceled => None,
         };
         let pays_intent = transfer.as_ref().is_some_and(|t| {
             t.moves(
@@ -99,12 +138,7 @@ impl Watch for PaymentWatch {
             transfer,
             pays_intent,
         };
-        Ok(Some(Observed {
-            kind,
-            subject: intent.id,
-            payload: serde_json::to_value(payload)
-                .map_err(|e| FollowError::Watch(e.to_string()))?,
-        }))
+        Observed::new(kind, intent.id, &payload).map(Some)
     }
 
     /// `succeeded` (or recorded on a canceled intent) if the transfer paid the intent, `failed`
@@ -115,13 +149,15 @@ impl Watch for PaymentWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, WatchError> {
-        let used: NonceUse =
-            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
-        let (action, outcome) = match (o.kind.as_str(), used.pays_intent) {
-            (CANCELED, _) => (Action::CancelAuthorization, "authorization_canceled"),
-            (_, true) => (Action::Settle, "succeeded"),
-            (_, false) => (Action::BurnNonce, "nonce_used_otherwise"),
+    ) -> Result<PaymentOutcome, WatchError> {
+        let (kind, used): (NonceKind, NonceUse) = o.read()?;
+        let (action, outcome) = match (kind, used.pays_intent) {
+            (NonceKind::Canceled, _) => (
+                Action::CancelAuthorization,
+                PaymentOutcome::AuthorizationCanceled,
+            ),
+            (NonceKind::Used, true) => (Action::Settle, PaymentOutcome::Succeeded),
+            (NonceKind::Used, false) => (Action::BurnNonce, PaymentOutcome::NonceUsedOtherwise),
         };
         let settlement = Settlement {
             transaction_hash: o.transaction_hash.clone(),
@@ -147,9 +183,9 @@ impl Watch for PaymentWatch {
             // Already moved by an earlier observation of the same nonce, or final: nothing to do.
             Err(TransitionError::Forbidden { from, .. }) => {
                 tracing::warn!(chain = %chain.name, intent = %used.intent_id, %from, tx = %o.transaction_hash, "confirmed nonce use for an intent that cannot move");
-                "ignored"
+                PaymentOutcome::Ignored
             }
-            Err(TransitionError::NotFound) => "ignored",
+            Err(TransitionError::NotFound) => PaymentOutcome::Ignored,
             Err(TransitionError::Database(e)) => return Err(e.into()),
         };
         if let (true, Some(transfer)) = (used.pays_intent, &used.transfer) {
@@ -169,24 +205,5 @@ impl Watch for PaymentWatch {
             ledger::post(tx, &payment).await?;
         }
         Ok(outcome)
-    }
-
-    /// Expires intents whose authorization the newest confirmed block's time has passed.
-    async fn confirmed(
-        &self,
-        conn: &mut PgConnection,
-        chain: &ChainEndpoint,
-        block: ConfirmedBlock,
-    ) -> Result<(), sqlx::Error> {
-        let expiry = Expiry::ChainTime {
-            chain: &chain.name,
-            block_timestamp: block.timestamp,
-        };
-        let expired = repo::expire_due(conn, crate::housekeeping::BATCH, &expiry).await?;
-        if expired > 0 {
-            metrics::counter!(names::SETTLEMENTS, "chain" => chain.name.clone(), "outcome" => "expired").increment(expired);
-            tracing::info!(chain = %chain.name, expired, block.timestamp, "expired by chain time");
-        }
-        Ok(())
     }
 }

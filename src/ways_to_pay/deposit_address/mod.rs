@@ -9,3 +9,57 @@
 
 pub mod sweep;
 pub mod watch;
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+
+use super::{Routes, WayToPay};
+use crate::{
+    config::SettlementSettings,
+    db::Pool,
+    idempotency::IdempotencyState,
+    intents::expiry::ExpiryHolds,
+    ledger,
+    rails::{Chains, follower::ObservationKind, outbox::SubmissionKind},
+};
+
+/// Paying an intent by transfers to its deposit address.
+pub struct DepositAddress;
+
+impl WayToPay for DepositAddress {
+    type Watch = watch::DepositWatch;
+
+    fn watch(settings: &SettlementSettings) -> Self::Watch {
+        watch::DepositWatch {
+            underpayment_tolerance_bps: settings.underpayment_tolerance_bps,
+        }
+    }
+
+    fn submission_kinds() -> Vec<Arc<dyn SubmissionKind>> {
+        vec![Arc::new(sweep::DepositSweep)]
+    }
+
+    /// A deposit seen and not yet applied: applied, it judges by its own block whether it came in
+    /// time.
+    fn expiry_holds() -> ExpiryHolds {
+        ExpiryHolds {
+            observed: vec![],
+            unapplied: vec![watch::DepositKind::Received.as_str()],
+        }
+    }
+
+    fn ledger_kinds() -> Vec<ledger::Kind> {
+        vec![ledger::Kind::Deposit, ledger::Kind::Sweep]
+    }
+
+    /// A deposit intent is made and read by the intents' routes; nothing of its own.
+    fn routes<S>(_: &IdempotencyState) -> Routes<S>
+    where
+        S: Clone + Send + Sync + 'static,
+        Pool: FromRef<S>,
+        Chains: FromRef<S>,
+    {
+        Routes::api(axum::Router::new())
+    }
+}

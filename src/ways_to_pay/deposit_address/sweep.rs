@@ -9,10 +9,12 @@ use alloy::{
 };
 use sqlx::PgConnection;
 
+use super::watch::DepositKind;
 use crate::{
     config::ChainEndpoint,
     ledger::Account,
     rails::evm::deposit::{DepositForwarder, DepositForwarderFactory, intent_key},
+    rails::follower::ObservationKind,
     rails::outbox::{self, BoxFuture, NewSubmission, SubmissionKind, Wanted},
 };
 
@@ -42,8 +44,9 @@ pub async fn queue(
     };
     let deployed = sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM chain_observations
-                           WHERE kind = 'deposit_swept' AND subject = $1 AND applied_at IS NOT NULL) AS "deployed!""#,
+                           WHERE kind = $2 AND subject = $1 AND applied_at IS NOT NULL) AS "deployed!""#,
         sweep.intent_id,
+        DepositKind::Swept.as_str(),
     )
     .fetch_one(&mut *tx)
     .await?;

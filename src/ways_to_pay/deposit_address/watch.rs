@@ -25,16 +25,62 @@ use crate::{
     rails::{
         evm::token::Eip3009,
         follower::{
-            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+            FollowError, Interest, Observation, ObservationKind, Observed, Outcome, Watch,
+            WatchError,
         },
         rpc::Node,
     },
 };
 
-/// A transfer to an intent's deposit address.
-pub const RECEIVED: &str = "deposit_received";
-/// A transfer out of an intent's deposit address: its sweep.
-pub const SWEPT: &str = "deposit_swept";
+/// What the deposit watch records of a transfer at a deposit address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepositKind {
+    /// A transfer to an intent's deposit address.
+    Received,
+    /// A transfer out of an intent's deposit address: its sweep.
+    Swept,
+}
+
+impl ObservationKind for DepositKind {
+    const ALL: &'static [Self] = &[Self::Received, Self::Swept];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Received => "deposit_received",
+            Self::Swept => "deposit_swept",
+        }
+    }
+}
+
+/// What a confirmed transfer at a deposit address did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepositOutcome {
+    Swept,
+    /// Another token than the intent's: booked and swept, not counted.
+    OtherToken,
+    Succeeded,
+    PartiallyPaid,
+    Overpaid,
+    PaidAfterExpiry,
+    PaidAfterCancel,
+    /// Counted toward an intent that cannot move.
+    Ignored,
+}
+
+impl Outcome for DepositOutcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Swept => "deposit_swept",
+            Self::OtherToken => "deposit_other_token",
+            Self::Succeeded => "succeeded",
+            Self::PartiallyPaid => "partially_paid",
+            Self::Overpaid => "overpaid",
+            Self::PaidAfterExpiry => "paid_after_expiry",
+            Self::PaidAfterCancel => "paid_after_cancel",
+            Self::Ignored => "ignored",
+        }
+    }
+}
 
 /// What an observation of a deposit address's transfer holds; its subject is the intent's id.
 #[derive(Debug, Serialize, Deserialize)]
@@ -66,8 +112,10 @@ pub struct DepositWatch {
 }
 
 impl Watch for DepositWatch {
+    type Outcome = DepositOutcome;
+
     fn applies(&self, kind: &str) -> bool {
-        [RECEIVED, SWEPT].contains(&kind)
+        DepositKind::parse(kind).is_some()
     }
 
     async fn interest(
@@ -145,8 +193,8 @@ impl Watch for DepositWatch {
                 continue;
             };
             let (kind, intent) = match (intents.get(&to), intents.get(&from)) {
-                (Some(intent), _) => (RECEIVED, intent),
-                (None, Some(intent)) => (SWEPT, intent),
+                (Some(intent), _) => (DepositKind::Received, intent),
+                (None, Some(intent)) => (DepositKind::Swept, intent),
                 (None, None) => {
                     observed.push(None);
                     continue;
@@ -163,12 +211,7 @@ impl Watch for DepositWatch {
                 to,
                 value,
             };
-            observed.push(Some(Observed {
-                kind,
-                subject: intent.id.clone(),
-                payload: serde_json::to_value(payload)
-                    .map_err(|e| FollowError::Watch(e.to_string()))?,
-            }));
+            observed.push(Some(Observed::new(kind, intent.id.clone(), &payload)?));
         }
         Ok(observed)
     }
@@ -178,15 +221,14 @@ impl Watch for DepositWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, WatchError> {
-        let transfer: DepositTransfer =
-            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
+    ) -> Result<DepositOutcome, WatchError> {
+        let (kind, transfer): (DepositKind, DepositTransfer) = o.read()?;
         let event = ledger::ChainEvent {
             chain: &chain.name,
             transaction_hash: &o.transaction_hash,
             log_index: o.log_index,
         };
-        if o.kind == SWEPT {
+        if kind == DepositKind::Swept {
             let entry = ledger::Entry::sweep(
                 &transfer.merchant_id,
                 &transfer.intent_id,
@@ -199,7 +241,7 @@ impl Watch for DepositWatch {
             );
             ledger::post(tx, &entry).await?;
             tracing::info!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, value = %transfer.value, tx = %o.transaction_hash, "deposit address swept");
-            return Ok("deposit_swept");
+            return Ok(DepositOutcome::Swept);
         }
         let entry = ledger::Entry::deposit(
             &transfer.merchant_id,
@@ -233,20 +275,40 @@ impl Watch for DepositWatch {
         }
         if !transfer.counts() {
             tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, "another token than the intent's reached its deposit address: booked and swept, not counted");
-            return Ok("deposit_other_token");
+            return Ok(DepositOutcome::OtherToken);
         }
         self.count(tx, &transfer, o).await
     }
+}
 
-    /// Deposit intents expire with the others, by the payment watch.
-    async fn confirmed(
-        &self,
-        _conn: &mut PgConnection,
-        _chain: &ChainEndpoint,
-        _block: ConfirmedBlock,
-    ) -> Result<(), sqlx::Error> {
-        Ok(())
-    }
+/// What transfers of `token` to an intent's deposit address bring that were seen and are not yet
+/// confirmed (token base units), and how many confirmations the oldest of them has.
+pub struct Confirming {
+    pub amount: String,
+    pub confirmations: Option<i64>,
+}
+
+/// The deposits of `token` on their way to counting toward the intent `intent_id`.
+pub async fn confirming(
+    conn: &mut PgConnection,
+    intent_id: &str,
+    token: &str,
+    chain_id: u64,
+) -> Result<Confirming, sqlx::Error> {
+    sqlx::query_as!(
+        Confirming,
+        r#"SELECT COALESCE(sum((o.payload->>'value')::numeric), 0)::text AS "amount!",
+                  (SELECT c.block_number FROM chain_cursors c WHERE c.chain_id = $3) - min(o.block_number) + 1 AS confirmations
+             FROM chain_observations o
+            WHERE o.kind = $4 AND o.subject = $1 AND o.applied_at IS NULL
+              AND o.payload->>'token' = $2"#,
+        intent_id,
+        token,
+        chain_id as i64,
+        DepositKind::Received.as_str(),
+    )
+    .fetch_one(conn)
+    .await
 }
 
 impl DepositWatch {
@@ -258,7 +320,7 @@ impl DepositWatch {
         tx: &mut PgConnection,
         transfer: &DepositTransfer,
         o: &Observation,
-    ) -> Result<&'static str, WatchError> {
+    ) -> Result<DepositOutcome, WatchError> {
         let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
             .map_err(WatchError::unreadable)?;
         // Counted by the intents' rule of paying, judged by the deposit's own block.
@@ -289,7 +351,7 @@ impl DepositWatch {
                     };
                     reason = expired.cancellation_reason;
                 }
-                None => return Ok("ignored"),
+                None => return Ok(DepositOutcome::Ignored),
             }
         }
         let state = seen.state;
@@ -305,14 +367,14 @@ impl DepositWatch {
                 .transition(tx, transfer, seen, action, settlement)
                 .await?
             {
-                Some(_) if action == Action::Settle => "succeeded",
+                Some(_) if action == Action::Settle => DepositOutcome::Succeeded,
                 Some(_) => match action {
-                    Action::DepositAfterExpiry => "paid_after_expiry",
-                    _ if state == IntentState::Created => "partially_paid",
-                    _ if state == IntentState::Succeeded => "overpaid",
-                    _ => "paid_after_cancel",
+                    Action::DepositAfterExpiry => DepositOutcome::PaidAfterExpiry,
+                    _ if state == IntentState::Created => DepositOutcome::PartiallyPaid,
+                    _ if state == IntentState::Succeeded => DepositOutcome::Overpaid,
+                    _ => DepositOutcome::PaidAfterCancel,
                 },
-                None => "ignored",
+                None => DepositOutcome::Ignored,
             },
         )
     }

@@ -18,4 +18,49 @@ pub mod routes;
 pub mod state;
 pub mod watch;
 
-pub use routes::router;
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+
+use super::{Routes, WayToPay};
+use crate::{
+    config::SettlementSettings,
+    db::Pool,
+    idempotency::IdempotencyState,
+    intents::expiry::ExpiryHolds,
+    ledger,
+    rails::{Chains, outbox::SubmissionKind},
+};
+
+/// Paying a payer back.
+pub struct Refunds;
+
+impl WayToPay for Refunds {
+    type Watch = watch::RefundWatch;
+
+    fn watch(_: &SettlementSettings) -> Self::Watch {
+        watch::RefundWatch
+    }
+
+    fn submission_kinds() -> Vec<Arc<dyn SubmissionKind>> {
+        vec![Arc::new(payments::RefundPayment)]
+    }
+
+    /// A refund's observations hold off the refund's expiry (`repo::expire_due`), not an intent's.
+    fn expiry_holds() -> ExpiryHolds {
+        ExpiryHolds::default()
+    }
+
+    fn ledger_kinds() -> Vec<ledger::Kind> {
+        vec![ledger::Kind::Refund]
+    }
+
+    fn routes<S>(_: &IdempotencyState) -> Routes<S>
+    where
+        S: Clone + Send + Sync + 'static,
+        Pool: FromRef<S>,
+        Chains: FromRef<S>,
+    {
+        Routes::api(routes::router())
+    }
+}

@@ -9,6 +9,7 @@ use time::OffsetDateTime;
 use super::{
     domain::{self, Reason, RefundId},
     state::{self, Action, RefundState},
+    watch::RefundNonceKind,
 };
 use crate::{
     auth::MerchantId,
@@ -18,6 +19,7 @@ use crate::{
         repo::{self as intents, Settlement},
         state::IntentState,
     },
+    rails::follower::ObservationKind,
 };
 
 /// A refund as the API shows it; field order is the response's key order.
@@ -392,7 +394,8 @@ pub async fn hold(conn: &mut PgConnection, id: &str, reason: &str) -> Result<(),
 }
 
 /// Fails up to `batch` open refunds on `chain` whose authorization's `validBefore` is at or before
-/// `block_timestamp` (a confirmed block's time) and whose nonce no observed transaction used,
+/// `block_timestamp` (a confirmed block's time) and whose nonce no observed transaction used or
+/// canceled,
 /// each with its `refund.failed` event. Returns how many.
 pub async fn expire_due(
     conn: &mut PgConnection,
@@ -411,8 +414,7 @@ pub async fn expire_due(
             SELECT merchant_id, id, version FROM refunds r
              WHERE state IN ('created', 'processing') AND chain = $1 AND expires_at <= $2
                AND NOT EXISTS (SELECT 1 FROM chain_observations o
-                                WHERE o.kind IN ('refund_authorization_used', 'refund_authorization_canceled')
-                                  AND o.subject = r.id)
+                                WHERE o.kind = ANY($4::text[]) AND o.subject = r.id)
              ORDER BY expires_at
              LIMIT $3
                FOR UPDATE SKIP LOCKED
@@ -433,6 +435,7 @@ pub async fn expire_due(
         chain,
         at,
         batch,
+        &RefundNonceKind::names() as &[&str],
     )
     .fetch_all(&mut *tx)
     .await?;

@@ -19,17 +19,54 @@ use crate::{
     rails::{
         eip3009::{Transfer, nonce_interest, nonce_log, transfer_after},
         follower::{
-            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
+            ConfirmedBlock, FollowError, Interest, Observation, ObservationKind, Observed, Outcome,
+            Watch, WatchError,
         },
         rpc::Node,
     },
     telemetry::metrics as names,
 };
 
-/// A refund's nonce used by the merchant's address.
-pub const USED: &str = "refund_authorization_used";
-/// A refund's nonce canceled by the merchant's address: it can never pay.
-pub const CANCELED: &str = "refund_authorization_canceled";
+/// What the refund watch records of a refund's nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundNonceKind {
+    /// Used by the merchant's address.
+    Used,
+    /// Canceled by the merchant's address: the refund can never be paid with it.
+    Canceled,
+}
+
+impl ObservationKind for RefundNonceKind {
+    const ALL: &'static [Self] = &[Self::Used, Self::Canceled];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Used => "refund_authorization_used",
+            Self::Canceled => "refund_authorization_canceled",
+        }
+    }
+}
+
+/// What a confirmed use or cancellation of a refund's nonce did to the refund.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundOutcome {
+    Succeeded,
+    NonceUsedOtherwise,
+    Canceled,
+    /// The refund had already moved or is final.
+    Ignored,
+}
+
+impl Outcome for RefundOutcome {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Succeeded => "refund_succeeded",
+            Self::NonceUsedOtherwise => "refund_nonce_used_otherwise",
+            Self::Canceled => "refund_canceled",
+            Self::Ignored => "ignored",
+        }
+    }
+}
 
 /// Refunds failed per confirmed block at most; the rest wait for the next one.
 const EXPIRY_BATCH: i64 = 500;
@@ -51,8 +88,10 @@ struct NonceUse {
 pub struct RefundWatch;
 
 impl Watch for RefundWatch {
+    type Outcome = RefundOutcome;
+
     fn applies(&self, kind: &str) -> bool {
-        [USED, CANCELED].contains(&kind)
+        RefundNonceKind::parse(kind).is_some()
     }
 
     async fn interest(
@@ -70,7 +109,9 @@ impl Watch for RefundWatch {
         node: &Node,
         log: &Log,
     ) -> Result<Option<Observed>, FollowError> {
-        let Some((kind, authorizer, nonce)) = nonce_log(log, USED, CANCELED) else {
+        let Some((kind, authorizer, nonce)) =
+            nonce_log(log, RefundNonceKind::Used, RefundNonceKind::Canceled)
+        else {
             return Ok(None);
         };
         let token = log.address().to_checksum(None);
@@ -88,8 +129,8 @@ impl Watch for RefundWatch {
             return Ok(None);
         };
         let transfer = match kind {
-            USED => transfer_after(node, log).await?,
-            _ => None,
+            RefundNonceKind::Used => transfer_after(node, log).await?,
+            RefundNonceKind::Canceled => None,
         };
         let pays_refund = transfer
             .as_ref()
@@ -103,12 +144,7 @@ impl Watch for RefundWatch {
             transfer,
             pays_refund,
         };
-        Ok(Some(Observed {
-            kind,
-            subject: refund.id,
-            payload: serde_json::to_value(payload)
-                .map_err(|e| FollowError::Watch(e.to_string()))?,
-        }))
+        Observed::new(kind, refund.id, &payload).map(Some)
     }
 
     /// `succeeded` if the transfer paid the payer back, `failed` otherwise; a refund that moved
@@ -118,13 +154,16 @@ impl Watch for RefundWatch {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         o: &Observation,
-    ) -> Result<&'static str, WatchError> {
-        let used: NonceUse =
-            serde_json::from_value(o.payload.clone()).map_err(WatchError::unreadable)?;
-        let (action, outcome) = match (o.kind.as_str(), used.pays_refund) {
-            (CANCELED, _) => (Action::CancelAuthorization, "refund_canceled"),
-            (_, true) => (Action::Settle, "refund_succeeded"),
-            (_, false) => (Action::BurnNonce, "refund_nonce_used_otherwise"),
+    ) -> Result<RefundOutcome, WatchError> {
+        let (kind, used): (RefundNonceKind, NonceUse) = o.read()?;
+        let (action, outcome) = match (kind, used.pays_refund) {
+            (RefundNonceKind::Canceled, _) => {
+                (Action::CancelAuthorization, RefundOutcome::Canceled)
+            }
+            (RefundNonceKind::Used, true) => (Action::Settle, RefundOutcome::Succeeded),
+            (RefundNonceKind::Used, false) => {
+                (Action::BurnNonce, RefundOutcome::NonceUsedOtherwise)
+            }
         };
         let settlement = Settlement {
             transaction_hash: o.transaction_hash.clone(),
@@ -141,9 +180,9 @@ impl Watch for RefundWatch {
             }
             Err(TransitionError::Forbidden { from, .. }) => {
                 tracing::warn!(chain = %chain.name, refund = %used.refund_id, %from, tx = %o.transaction_hash, "confirmed nonce use for a refund that cannot move");
-                "ignored"
+                RefundOutcome::Ignored
             }
-            Err(TransitionError::NotFound) => "ignored",
+            Err(TransitionError::NotFound) => RefundOutcome::Ignored,
             Err(TransitionError::Database(e)) => return Err(e.into()),
         };
         if let (true, Some(transfer)) = (used.pays_refund, &used.transfer) {
