@@ -24,6 +24,7 @@
 //! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`], [`workers`]: the shared
 //!   base every capability uses
 //! - [`telemetry`], [`startup`]: running it
+//! - [`reconcile`]: the operator's comparison of the ledger with a chain
 //!
 //! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
 //! base, never the other way round (`docs/design.md`, "Layout").
@@ -44,6 +45,7 @@ pub mod intents;
 pub mod ledger;
 pub mod merchants;
 pub mod rails;
+pub mod reconcile;
 pub mod startup;
 pub mod telemetry;
 pub mod tenants;

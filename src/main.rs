@@ -66,7 +66,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let node = payments_api::rails::rpc::connect(&endpoint.rpc_url);
             let pool = db::pool(database.url()?, 1)?;
             let mut conn = pool.acquire().await?;
-            let report = payments_api::ledger::reconcile::reconcile(
+            let report = payments_api::reconcile::reconcile(
                 &mut conn,
                 &endpoint,
                 &node,

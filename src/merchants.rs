@@ -4,6 +4,7 @@
 
 use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use crate::{
@@ -50,12 +51,7 @@ pub async fn show(
     State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
 ) -> Result<Json<Merchant>, ApiError> {
-    let display_name = sqlx::query_scalar!(
-        "SELECT display_name FROM merchants WHERE id = $1",
-        merchant.as_str()
-    )
-    .fetch_optional(&mut *pool.acquire().await?)
-    .await?;
+    let display_name = display_name(&mut *pool.acquire().await?, merchant.as_str()).await?;
     Ok(Json(Merchant {
         id: merchant.as_str().to_owned(),
         display_name,
@@ -97,4 +93,14 @@ pub async fn update(
         id: merchant.as_str().to_owned(),
         display_name: Some(name.to_owned()),
     }))
+}
+
+/// The name payers see for `merchant`, if it set one.
+pub async fn display_name(
+    conn: &mut PgConnection,
+    merchant: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT display_name FROM merchants WHERE id = $1", merchant)
+        .fetch_optional(conn)
+        .await
 }

@@ -4,8 +4,9 @@
 # file). `make bench` runs it in the same run as the HTTP load and reports API / reference.
 #   usage: reference.sh [CLIENTS] [SECONDS]    (server from PGHOST/PGPORT/PGUSER, default local)
 # Prints one line per workload:  <name> clients=<c> tps=<n> latency_ms=<average>
-#   create  take the key (a commit of its own), then the intent and the key's answer in one transaction
-#   replay  read one completed key
+#   create  take the key (a commit of its own), then the intent, its event and the key's answer
+#           (~900 bytes, a real answer's size) in one transaction
+#   replay  read one completed key (with a ~900-byte answer)
 #   plain   insert an intent, no idempotency at all: the floor of one durable write
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

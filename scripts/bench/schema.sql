@@ -1,5 +1,8 @@
--- The two tables the reference needs: an intent and an idempotency record, each with only the
--- columns any design stores. 1000 completed keys are there for the replay workload to read.
+-- The tables the reference needs, each with only the columns any design stores: an intent, an
+-- idempotency record, and the intent's event, which every change of an intent writes in the same
+-- transaction (webhooks read it), with the indexes its listing and its retention need. 1000
+-- completed keys, each with an answer of a real answer's size (~900 bytes), are there for the
+-- replay workload to read.
 CREATE TABLE intents (
     id         text PRIMARY KEY,
     merchant   text NOT NULL,
@@ -26,7 +29,20 @@ CREATE TABLE idempotency_records (
     body        bytea,
     PRIMARY KEY (scope, key)
 );
+CREATE TABLE events (
+    merchant        text NOT NULL,
+    id              text NOT NULL,
+    type            text NOT NULL,
+    subject         text NOT NULL,
+    subject_version integer NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    object          json NOT NULL,
+    PRIMARY KEY (merchant, id),
+    UNIQUE (merchant, subject, subject_version)
+);
+CREATE INDEX events_listing ON events (merchant, created_at DESC, id DESC);
+CREATE INDEX events_expiring ON events USING brin (created_at);
 INSERT INTO idempotency_records
 SELECT 'merchant-demo', 'completed-' || n, '\x00', 'completed', 1, now(), now() + interval '1 day',
-       201, '{}', '\x7b7d'
+       201, '{}', convert_to(repeat('x', 900), 'UTF8')
   FROM generate_series(1, 1000) AS n;

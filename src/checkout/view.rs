@@ -10,9 +10,11 @@ use alloy::primitives::U256;
 use crate::{
     intents::{
         domain::{IntentId, PaymentMethod},
+        repo,
         state::IntentState,
     },
-    rails::evm::deposit,
+    merchants,
+    rails::{evm::deposit, tokens},
     ways_to_pay::deposit_address,
 };
 
@@ -66,92 +68,58 @@ pub struct CheckoutView {
     pub amount_refunded: String,
 }
 
-/// An intent row as [`find`] reads it, with its token's units.
-struct Row {
-    id: String,
-    state: IntentState,
-    version: i32,
-    amount: String,
-    chain: String,
-    token: String,
-    payer: Option<String>,
-    payment_method: PaymentMethod,
-    deposit_address: Option<String>,
-    amount_received: String,
-    payee: String,
-    merchant_name: String,
-    expires_at: OffsetDateTime,
-    cancellation_reason: Option<String>,
-    failure_reason: Option<String>,
-    pending_reason: Option<String>,
-    transaction_hash: Option<String>,
-    amount_refunded: String,
-    symbol: Option<String>,
-    decimals: Option<i16>,
-    read: bool,
-}
-
-/// The intent `id` as its page shows it, with its token's units as read with the token's domain,
-/// and whether the token was read at all (`false`: read it, then ask again).
+/// The intent `id` as its page shows it, with its merchant's name and its token's units as read
+/// with the token's domain, and whether the token was read at all (`false`: read it, then ask
+/// again). Each read through its table's owner: the intents, the merchants, the token readings.
 pub async fn find(
     conn: &mut PgConnection,
     id: &IntentId,
 ) -> Result<Option<(CheckoutView, bool)>, sqlx::Error> {
-    let row = sqlx::query_as!(
-        Row,
-        r#"
-        SELECT p.id, p.state AS "state: IntentState", p.version, p.amount::text AS "amount!", p.chain, p.token,
-               p.payer, p.payment_method AS "payment_method: PaymentMethod", p.deposit_address,
-               p.amount_received::text AS "amount_received!", p.payee, COALESCE(m.display_name, p.merchant_id) AS "merchant_name!", p.expires_at,
-               p.cancellation_reason, p.failure_reason, p.pending_reason,
-               p.settlement->>'transaction_hash' AS transaction_hash, p.amount_refunded::text AS "amount_refunded!",
-               t.symbol AS "symbol?", t.decimals AS "decimals?", t.address IS NOT NULL AS "read!"
-          FROM payment_intents p
-          LEFT JOIN merchants m ON m.id = p.merchant_id
-          LEFT JOIN chain_tokens t ON t.address = p.token AND p.chain = 'evm:' || t.chain_id
-         WHERE p.id = $1
-        "#,
-        id.as_str(),
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|r| {
-        let decimals = r.decimals.and_then(|d| u8::try_from(d).ok());
-        let view = CheckoutView {
-            amount_display: decimals.map(|d| in_units(&r.amount, d)),
-            symbol: r.symbol,
-            decimals,
-            chain_id: r
-                .chain
-                .strip_prefix("evm:")
-                .and_then(|id| id.parse().ok())
-                .unwrap_or(0),
-            id: r.id,
-            state: r.state,
-            version: r.version,
-            amount: r.amount,
-            chain: r.chain,
-            token: r.token,
-            payer: r.payer,
-            payment_method: r.payment_method,
-            deposit_address: r.deposit_address,
-            amount_received: r.amount_received,
-            payment_uri: None,
-            payment_qr_svg: None,
-            amount_confirming: "0".to_owned(),
-            confirmations: None,
-            confirmations_required: 0,
-            merchant: r.payee,
-            merchant_name: r.merchant_name,
-            expires_at: r.expires_at,
-            cancellation_reason: r.cancellation_reason,
-            failure_reason: r.failure_reason,
-            pending_reason: r.pending_reason,
-            transaction_hash: r.transaction_hash,
-            amount_refunded: r.amount_refunded,
-        };
-        (view, r.read)
-    }))
+    let Some((merchant_id, intent)) = repo::find_with_merchant(conn, id).await? else {
+        return Ok(None);
+    };
+    let merchant_name = merchants::display_name(conn, &merchant_id)
+        .await?
+        .unwrap_or(merchant_id);
+    let chain_id = intent
+        .chain
+        .strip_prefix("evm:")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0);
+    let units = tokens::units_of(conn, chain_id, &intent.token).await?;
+    let read = units.is_some();
+    let (symbol, decimals) = units.unwrap_or_default();
+    let decimals = decimals.and_then(|d| u8::try_from(d).ok());
+    let view = CheckoutView {
+        amount_display: decimals.map(|d| in_units(&intent.amount, d)),
+        symbol,
+        decimals,
+        chain_id,
+        id: intent.id,
+        state: intent.state,
+        version: intent.version,
+        amount: intent.amount,
+        chain: intent.chain,
+        token: intent.token,
+        payer: intent.payer,
+        payment_method: intent.payment_method,
+        deposit_address: intent.deposit_address,
+        amount_received: intent.amount_received,
+        payment_uri: None,
+        payment_qr_svg: None,
+        amount_confirming: "0".to_owned(),
+        confirmations: None,
+        confirmations_required: 0,
+        merchant: intent.merchant,
+        merchant_name,
+        expires_at: intent.expires_at,
+        cancellation_reason: intent.cancellation_reason,
+        failure_reason: intent.failure_reason,
+        pending_reason: intent.pending_reason,
+        transaction_hash: intent.settlement.map(|s| s.0.transaction_hash),
+        amount_refunded: intent.amount_refunded,
+    };
+    Ok(Some((view, read)))
 }
 
 impl CheckoutView {

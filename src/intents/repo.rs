@@ -245,6 +245,37 @@ pub async fn find(
     .await
 }
 
+/// The intent `id` whatever its merchant, with that merchant's id: for its checkout page, whose
+/// client secret was checked first.
+pub async fn find_with_merchant(
+    conn: &mut PgConnection,
+    id: &IntentId,
+) -> Result<Option<(String, PaymentIntent)>, sqlx::Error> {
+    let row = query_intent!(
+        WithMerchant,
+        r#"
+        SELECT merchant_id, "#,
+        r#"
+          FROM payment_intents
+         WHERE id = $1
+        "#,
+        id.as_str(),
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(WithMerchant::into_parts))
+}
+
+/// The tokens deposit intents on `chain` were made for: the deposit watch reads their transfers.
+pub async fn deposit_tokens_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!("SELECT token FROM deposit_tokens WHERE chain = $1", chain)
+        .fetch_all(conn)
+        .await
+}
+
 /// The intent an EIP-3009 nonce pays, as the chain names it: who signs and who is paid how much.
 #[derive(Debug)]
 pub struct NonceOwner {
@@ -700,7 +731,7 @@ pub async fn expire_due(
         }
         let mut tx = conn.begin().await?;
         let moved = query_intent!(
-        Expired,
+        WithMerchant,
         r#"
             WITH due AS (
                 SELECT merchant_id, id, version FROM payment_intents p
@@ -761,8 +792,8 @@ pub async fn expire_due(
     Ok(expired)
 }
 
-/// An intent the sweeper expired, with its merchant.
-struct Expired {
+/// An intent with its merchant (one the sweeper expired, one a checkout page reads).
+struct WithMerchant {
     merchant_id: String,
     id: String,
     state: IntentState,
@@ -790,7 +821,7 @@ struct Expired {
     metadata: Json<Metadata>,
 }
 
-impl Expired {
+impl WithMerchant {
     fn into_parts(self) -> (String, PaymentIntent) {
         let intent = PaymentIntent {
             id: self.id,

@@ -4,7 +4,6 @@
 //! not sum to zero, a second entry for the same chain event, and any change to a written one.
 //! A new way to move money adds a kind and a constructor here, never another writer.
 
-pub mod reconcile;
 pub mod routes;
 
 use sqlx::PgConnection;
@@ -251,4 +250,68 @@ pub async fn post(conn: &mut PgConnection, entry: &Entry<'_>) -> Result<bool, sq
     .fetch_one(conn)
     .await?;
     Ok(written == 1)
+}
+
+/// A posting on a deposit address's account (`deposit:<address>`), by its chain event.
+pub struct DepositPosting {
+    pub transaction_hash: String,
+    pub log_index: i32,
+    pub account: String,
+    pub token: String,
+    /// Signed: negative when it left the address.
+    pub amount: String,
+}
+
+/// Every posting on deposit addresses' accounts on `chain` (deposits and sweeps), for reconcile.
+pub async fn deposit_postings(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<DepositPosting>, sqlx::Error> {
+    sqlx::query_as!(
+        DepositPosting,
+        r#"
+        SELECT e.transaction_hash, e.log_index, p.account, p.token, p.amount::text AS "amount!"
+          FROM ledger_entries e
+          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE 'deposit:%'
+         WHERE e.chain = $1 AND e.kind = ANY($2::text[])
+        "#,
+        chain,
+        &[Kind::Deposit.as_str(), Kind::Sweep.as_str()] as &[&str],
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// What an entry's receiver got, by its chain event.
+pub struct Received {
+    pub transaction_hash: String,
+    pub log_index: i32,
+    /// The refund it books, else the intent.
+    pub subject: String,
+    pub amount: String,
+}
+
+/// The entries of `kind` on `chain`, each with what its receiver (the accounts matching
+/// `receiver`, a `LIKE` pattern such as `merchant:%`) got, for reconcile.
+pub async fn received(
+    conn: &mut PgConnection,
+    chain: &str,
+    kind: Kind,
+    receiver: &str,
+) -> Result<Vec<Received>, sqlx::Error> {
+    sqlx::query_as!(
+        Received,
+        r#"
+        SELECT e.transaction_hash, e.log_index, COALESCE(e.refund_id, e.intent_id) AS "subject!",
+               p.amount::text AS "amount!"
+          FROM ledger_entries e
+          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE $3
+         WHERE e.chain = $1 AND e.kind = $2
+        "#,
+        chain,
+        kind.as_str(),
+        receiver,
+    )
+    .fetch_all(conn)
+    .await
 }

@@ -335,12 +335,7 @@ pub async fn nonce_interest(
     // Every token an authorization was built for was read and stored first. A token stays of
     // interest once read, whatever a later reading says: a node that briefly answers "no code", or
     // an upgrade, must not let the follower pass blocks without looking at the token's logs.
-    let tokens = sqlx::query_scalar!(
-        "SELECT address FROM chain_tokens WHERE chain_id = $1",
-        chain.id as i64,
-    )
-    .fetch_all(conn)
-    .await?;
+    let tokens = tokens::known_on(conn, chain).await?;
     Ok(Interest {
         addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
         events: vec![

@@ -15,6 +15,36 @@ use crate::config::ChainEndpoint;
 /// upgradeable proxy (USDC) can change its domain.
 const READ_AGAIN_AFTER_SECONDS: f64 = 3600.0;
 
+/// The symbol and decimals read of the token at `address` (EIP-55) on the chain `chain_id`, each
+/// if it says them; `None` if the token was never read.
+pub async fn units_of(
+    conn: &mut PgConnection,
+    chain_id: u64,
+    address: &str,
+) -> Result<Option<(Option<String>, Option<i16>)>, sqlx::Error> {
+    Ok(sqlx::query!(
+        "SELECT symbol, decimals FROM chain_tokens WHERE chain_id = $1 AND address = $2",
+        chain_id as i64,
+        address,
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(|t| (t.symbol, t.decimals)))
+}
+
+/// Every token read on `chain`, EIP-55 checksummed.
+pub async fn known_on(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT address FROM chain_tokens WHERE chain_id = $1",
+        chain.id as i64,
+    )
+    .fetch_all(conn)
+    .await
+}
+
 /// What the token at `address` on `chain` is: from PostgreSQL while that is recent, else read from
 /// the chain and stored. A token read before whose chain does not answer now is answered as read.
 pub async fn resolve(

@@ -123,12 +123,7 @@ impl Watch for DepositWatch {
         conn: &mut PgConnection,
         chain: &ChainEndpoint,
     ) -> Result<Interest, sqlx::Error> {
-        let tokens = sqlx::query_scalar!(
-            "SELECT token FROM deposit_tokens WHERE chain = $1",
-            chain.name
-        )
-        .fetch_all(conn)
-        .await?;
+        let tokens = repo::deposit_tokens_on(conn, &chain.name).await?;
         if tokens.is_empty() {
             return Ok(Interest::default());
         }

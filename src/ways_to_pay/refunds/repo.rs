@@ -393,10 +393,41 @@ pub async fn hold(conn: &mut PgConnection, id: &str, reason: &str) -> Result<(),
     Ok(())
 }
 
+/// The refund a nonce on chain belongs to: who signs (`payee`, the merchant's address), who is
+/// paid back how much.
+#[derive(Debug)]
+pub struct NonceOwner {
+    pub merchant_id: String,
+    pub id: String,
+    pub intent_id: String,
+    pub payee: String,
+    pub payer: String,
+    pub amount: String,
+}
+
+/// The refund whose authorization carries `nonce` on `token` on `chain`, in any state (the refund
+/// watch, reconcile). Its authorizer is checked by the caller against the log.
+pub async fn by_chain_nonce(
+    conn: &mut PgConnection,
+    chain: &str,
+    token: &str,
+    nonce: &[u8],
+) -> Result<Option<NonceOwner>, sqlx::Error> {
+    sqlx::query_as!(
+        NonceOwner,
+        r#"SELECT merchant_id, id, intent_id, payee, payer, amount::text AS "amount!" FROM refunds
+            WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
+        nonce,
+        chain,
+        token,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 /// Fails up to `batch` open refunds on `chain` whose authorization's `validBefore` is at or before
 /// `block_timestamp` (a confirmed block's time) and whose nonce no observed transaction used or
-/// canceled,
-/// each with its `refund.failed` event. Returns how many.
+/// canceled, each with its `refund.failed` event. Returns how many.
 pub async fn expire_due(
     conn: &mut PgConnection,
     chain: &str,

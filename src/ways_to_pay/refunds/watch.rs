@@ -115,15 +115,7 @@ impl Watch for RefundWatch {
             return Ok(None);
         };
         let token = log.address().to_checksum(None);
-        let refund = sqlx::query!(
-            r#"SELECT merchant_id, id, intent_id, payee, payer, amount::text AS "amount!" FROM refunds
-                WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
-            nonce.as_slice(),
-            chain.name,
-            token,
-        )
-        .fetch_optional(&mut *conn)
-        .await?;
+        let refund = repo::by_chain_nonce(conn, &chain.name, &token, nonce.as_slice()).await?;
         // A nonce belongs to its authorizer: the same bytes used by another address are not ours.
         let Some(refund) = refund.filter(|r| r.payee == authorizer.to_checksum(None)) else {
             return Ok(None);

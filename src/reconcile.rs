@@ -1,4 +1,5 @@
-//! `payments-api reconcile --chain evm:<id>`: the ledger against the chain. Every confirmed
+//! `payments-api reconcile --chain evm:<id>`: the ledger against the chain, an operator's command
+//! above the ways to pay, reading each table through its owner. Every confirmed
 //! transfer that follows the use of one of our nonces and moves what it authorized must be booked
 //! once, with its amount; every booked entry must be such a transfer on chain. That holds for
 //! both directions money moves here: a payment (an intent's nonce, payer → merchant address) and
@@ -14,14 +15,16 @@ use alloy::{
 };
 use sqlx::PgConnection;
 
-use super::Kind;
-
 use crate::{
     config::ChainEndpoint,
+    intents,
+    ledger::{self, Kind},
     rails::{
         evm::token::{Eip712Token, Eip3009},
         rpc::Node,
+        tokens,
     },
+    ways_to_pay::refunds,
 };
 
 /// Blocks asked for per `eth_getLogs`, within what public nodes accept.
@@ -151,7 +154,7 @@ async fn deposits(
     confirmed: u64,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let addresses: Vec<Address> = crate::intents::repo::deposit_addresses_on(conn, &chain.name)
+    let addresses: Vec<Address> = intents::repo::deposit_addresses_on(conn, &chain.name)
         .await?
         .iter()
         .filter_map(|a| a.parse().ok())
@@ -161,17 +164,11 @@ async fn deposits(
     }
     // The tokens the follower reads on this chain (the deposit watch's, joined with the payment
     // watch's): a transfer of any of them to a deposit address is booked.
-    let tokens: Vec<Address> = sqlx::query_scalar!(
-        r#"SELECT token AS "token!" FROM deposit_tokens WHERE chain = $1
-           UNION SELECT address FROM chain_tokens WHERE chain_id = $2"#,
-        chain.name,
-        chain.id as i64,
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .filter_map(|t| t.parse().ok())
-    .collect();
+    let mut tokens = intents::repo::deposit_tokens_on(conn, &chain.name).await?;
+    tokens.extend(tokens::known_on(conn, chain).await?);
+    tokens.sort();
+    tokens.dedup();
+    let tokens: Vec<Address> = tokens.iter().filter_map(|t| t.parse().ok()).collect();
     // (transaction, log index) → (deposit address, token, signed amount on its account).
     let mut on_chain: BTreeMap<(String, i64), (String, String, String)> = BTreeMap::new();
     for token in &tokens {
@@ -211,26 +208,18 @@ async fn deposits(
             }
         }
     }
-    let booked: BTreeMap<(String, i64), (String, String, String)> = sqlx::query!(
-        r#"
-        SELECT e.transaction_hash, e.log_index, p.account, p.token, p.amount::text AS "amount!"
-          FROM ledger_entries e
-          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE 'deposit:%'
-         WHERE e.chain = $1 AND e.kind IN ('deposit', 'sweep')
-        "#,
-        chain.name,
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        let address = r.account.trim_start_matches("deposit:").to_owned();
-        (
-            (r.transaction_hash, i64::from(r.log_index)),
-            (address, r.token, r.amount),
-        )
-    })
-    .collect();
+    let booked: BTreeMap<(String, i64), (String, String, String)> =
+        ledger::deposit_postings(conn, &chain.name)
+            .await?
+            .into_iter()
+            .map(|p| {
+                let address = p.account.trim_start_matches("deposit:").to_owned();
+                (
+                    (p.transaction_hash, i64::from(p.log_index)),
+                    (address, p.token, p.amount),
+                )
+            })
+            .collect();
     report.deposit_transfers_booked = booked.len();
     report.deposit_transfers_on_chain = on_chain.len();
     for (key, moved) in &on_chain {
@@ -300,28 +289,18 @@ async fn booked(
         Signed::Payment => "merchant:%",
         Signed::Refund => "payer:%",
     };
-    Ok(sqlx::query!(
-        r#"
-        SELECT e.transaction_hash, e.log_index, COALESCE(e.refund_id, e.intent_id) AS "subject!",
-               p.amount::text AS "amount!"
-          FROM ledger_entries e
-          JOIN ledger_postings p ON p.entry_id = e.id AND p.account LIKE $3
-         WHERE e.chain = $1 AND e.kind = $2
-        "#,
-        chain.name,
-        kind.booked_as().as_str(),
-        receiver,
+    Ok(
+        ledger::received(conn, &chain.name, kind.booked_as(), receiver)
+            .await?
+            .into_iter()
+            .map(|r| {
+                (
+                    (r.transaction_hash, i64::from(r.log_index)),
+                    (r.subject, r.amount),
+                )
+            })
+            .collect(),
     )
-    .fetch_all(conn)
-    .await?
-    .into_iter()
-    .map(|r| {
-        (
-            (r.transaction_hash, i64::from(r.log_index)),
-            (r.subject, r.amount),
-        )
-    })
-    .collect())
 }
 
 /// What one of our nonces authorized: who signs (and pays), who receives, how much.
@@ -343,7 +322,7 @@ async fn on_chain(
     report: &mut Report,
     unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<Movements> {
-    let pairs = crate::intents::repo::payees_on(conn, &chain.name).await?;
+    let pairs = intents::repo::payees_on(conn, &chain.name).await?;
     let mut payees: HashMap<Address, Vec<B256>> = HashMap::new();
     for (token, payee) in pairs {
         let (Ok(token), Ok(payee)) = (token.parse::<Address>(), payee.parse::<Address>()) else {
@@ -435,33 +414,30 @@ async fn authorized_before(
         return Ok(None);
     };
     let (nonce, token) = (used.nonce.as_slice(), token.to_checksum(None));
-    let authorized =
-        match kind {
-            Signed::Payment => crate::intents::repo::by_chain_nonce(
-                conn,
-                &chain.name,
-                &token,
-                &used.authorizer.to_checksum(None),
-                nonce,
-            )
+    let authorized = match kind {
+        Signed::Payment => intents::repo::by_chain_nonce(
+            conn,
+            &chain.name,
+            &token,
+            &used.authorizer.to_checksum(None),
+            nonce,
+        )
+        .await?
+        .map(|intent| Authorized {
+            subject: intent.id,
+            from: intent.payer.unwrap_or_default(),
+            to: intent.payee,
+            amount: intent.amount,
+        }),
+        Signed::Refund => refunds::repo::by_chain_nonce(conn, &chain.name, &token, nonce)
             .await?
-            .map(|intent| Authorized {
-                subject: intent.id,
-                from: intent.payer.unwrap_or_default(),
-                to: intent.payee,
-                amount: intent.amount,
+            .map(|refund| Authorized {
+                subject: refund.id,
+                from: refund.payee,
+                to: refund.payer,
+                amount: refund.amount,
             }),
-            Signed::Refund => sqlx::query_as!(
-                Authorized,
-                r#"SELECT id AS subject, payee AS "from", payer AS "to", amount::text AS "amount!"
-                 FROM refunds WHERE chain_nonce = $1 AND chain = $2 AND token = $3"#,
-                nonce,
-                chain.name,
-                token,
-            )
-            .fetch_optional(conn)
-            .await?,
-        };
+    };
     Ok(authorized
         .filter(|a| a.from == used.authorizer.to_checksum(None))
         .map(|a| (use_index, a)))
