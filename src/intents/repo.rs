@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use super::{
     domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
     expiry::ExpiryHolds,
-    state::{self, Action, Actor, IntentState},
+    state::{self, Action, Actor, FailureReason, IntentState},
 };
 use crate::{
     auth::MerchantId,
@@ -611,7 +611,7 @@ pub async fn apply_seen(
         from.as_str(),
         action.as_str(),
         change.actor.label(),
-        step.failure_reason,
+        step.failure_reason.map(FailureReason::as_str),
         change.settlement.map(Json) as _,
         change.pending_reason,
     )
@@ -776,7 +776,7 @@ pub async fn expire_due(
             before,
             chain,
             excluded,
-            step.failure_reason,
+            step.failure_reason.map(FailureReason::as_str),
             &holds.observed as &[&str],
             &holds.unapplied as &[&str],
         )

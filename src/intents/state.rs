@@ -56,6 +56,39 @@ pub enum Actor {
     Checkout,
 }
 
+/// Why an intent failed, as its `failure_reason` says. An intent that expired while the token
+/// refused its payment keeps that refusal instead (`insufficient_balance`, …), which is none of
+/// these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Its authorization's `validBefore` passed, by the confirmed chain's time.
+    AuthorizationExpired,
+    /// Its payer used the nonce on another transfer.
+    NonceUsedOtherwise,
+    /// Its payer canceled the authorization on chain.
+    AuthorizationCanceled,
+}
+
+impl FailureReason {
+    const ALL: [Self; 3] = [
+        Self::AuthorizationExpired,
+        Self::NonceUsedOtherwise,
+        Self::AuthorizationCanceled,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::AuthorizationExpired => "authorization_expired",
+            Self::NonceUsedOtherwise => "nonce_used_otherwise",
+            Self::AuthorizationCanceled => "authorization_canceled",
+        }
+    }
+
+    pub fn parse(stored: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == stored)
+    }
+}
+
 /// One allowed move: in `from`, `action` leads to `to`, recording `cancellation_reason` or
 /// `failure_reason` if set, and announced by `event` (default `payment_intent.<to>`).
 #[derive(Debug, Clone, Copy)]
@@ -64,7 +97,7 @@ pub struct Transition {
     pub action: Action,
     pub to: IntentState,
     pub cancellation_reason: Option<&'static str>,
-    pub failure_reason: Option<&'static str>,
+    pub failure_reason: Option<FailureReason>,
     pub event: Option<&'static str>,
 }
 
@@ -87,7 +120,7 @@ impl Transition {
         }
     }
 
-    const fn failing(self, reason: &'static str) -> Self {
+    const fn failing(self, reason: FailureReason) -> Self {
         Self {
             failure_reason: Some(reason),
             ..self
@@ -133,27 +166,27 @@ pub const TRANSITIONS: &[Transition] = &[
     Transition::new(IntentState::Canceled, Action::Settle, IntentState::Canceled)
         .announced_as("payment_intent.paid_after_cancel"),
     Transition::new(IntentState::Processing, Action::Expire, IntentState::Failed)
-        .failing("authorization_expired"),
+        .failing(FailureReason::AuthorizationExpired),
     Transition::new(IntentState::Created, Action::BurnNonce, IntentState::Failed)
-        .failing("nonce_used_otherwise"),
+        .failing(FailureReason::NonceUsedOtherwise),
     Transition::new(
         IntentState::Processing,
         Action::BurnNonce,
         IntentState::Failed,
     )
-    .failing("nonce_used_otherwise"),
+    .failing(FailureReason::NonceUsedOtherwise),
     Transition::new(
         IntentState::Created,
         Action::CancelAuthorization,
         IntentState::Failed,
     )
-    .failing("authorization_canceled"),
+    .failing(FailureReason::AuthorizationCanceled),
     Transition::new(
         IntentState::Processing,
         Action::CancelAuthorization,
         IntentState::Failed,
     )
-    .failing("authorization_canceled"),
+    .failing(FailureReason::AuthorizationCanceled),
     Transition::new(
         IntentState::Processing,
         Action::Hold,
@@ -300,7 +333,10 @@ mod tests {
         let expire = transition(IntentState::Processing, Action::Expire).unwrap();
         assert_eq!(
             (expire.to, expire.failure_reason),
-            (IntentState::Failed, Some("authorization_expired"))
+            (
+                IntentState::Failed,
+                Some(FailureReason::AuthorizationExpired)
+            )
         );
         let late = transition(IntentState::Canceled, Action::Settle).unwrap();
         assert_eq!(late.to, IntentState::Canceled);

@@ -28,12 +28,11 @@ use crate::{
     db::Pool,
     deadline::Deadline,
     error::ApiError,
-    idempotency::Tx,
-    idempotency::{Phases, provisional},
+    idempotency::{Phases, Tx, provisional},
     intents::{
         domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
         repo::{self, Expires, NewIntent, PaidBy, TransitionError},
-        state::{Action, Actor},
+        state::{Action, Actor, FailureReason},
     },
     rails::{Chains, eip3009},
 };
@@ -458,14 +457,15 @@ async fn await_transfer(
             }
             IntentState::Failed | IntentState::Canceled => {
                 let failure = now.failure_reason.unwrap_or_default();
-                let reason = match failure.as_str() {
-                    "authorization_expired" => {
+                let reason = match FailureReason::parse(&failure) {
+                    Some(FailureReason::AuthorizationExpired) => {
                         "invalid_exact_evm_payload_authorization_valid_before"
                     }
-                    "nonce_used_otherwise" | "authorization_canceled" => {
-                        "invalid_exact_evm_nonce_already_used"
-                    }
-                    _ => "invalid_exact_evm_transaction_failed",
+                    Some(
+                        FailureReason::NonceUsedOtherwise | FailureReason::AuthorizationCanceled,
+                    ) => "invalid_exact_evm_nonce_already_used",
+                    // Expired while the token refused it: the transfer could not be made.
+                    None => "invalid_exact_evm_transaction_failed",
                 };
                 let message = format!("the payment will not be made: {failure}");
                 return Ok(Transfer::Failed { reason, message });
