@@ -93,6 +93,9 @@ struct Workload {
     p99_ms: f64,
     p999_ms: f64,
     peak_rss_mib: f64,
+    /// The API process's CPU (user and system) per measured request, microseconds; where the
+    /// workload measures it.
+    api_cpu_us: Option<f64>,
     statuses: BTreeMap<u16, u64>,
 }
 
@@ -493,11 +496,16 @@ async fn run(
             })
         })
         .collect();
-    tokio::time::sleep(warmup + duration).await;
+    tokio::time::sleep(warmup).await;
+    let cpu_from = server.cpu_seconds();
+    tokio::time::sleep(duration).await;
+    let cpu = server.cpu_seconds() - cpu_from;
     stop.store(true, Ordering::Relaxed);
     let tally = Tally::gather(tasks).await;
     let elapsed = started.elapsed().saturating_sub(warmup);
-    tally.summarize(name, clients, elapsed, sampler.stop().await)
+    let mut workload = tally.summarize(name, clients, elapsed, sampler.stop().await);
+    workload.api_cpu_us = (workload.requests > 0).then(|| cpu * 1e6 / workload.requests as f64);
+    workload
 }
 
 /// 64 clients fire the same new key at once, round after round: one execution per round.
@@ -608,6 +616,7 @@ impl Tally {
             p99_ms: pct(0.99),
             p999_ms: pct(0.999),
             peak_rss_mib: peak_rss_kib as f64 / 1024.0,
+            api_cpu_us: None,
             statuses: self.statuses,
         }
     }
@@ -676,7 +685,7 @@ fn reference(script: &Path, clients: usize, seconds: u64) -> anyhow::Result<Vec<
 
 fn print_report(report: &Report) {
     println!(
-        "\n{:<26} {:>7} {:>9} {:>10} {:>8} {:>8} {:>9} {:>7} {:>9}",
+        "\n{:<26} {:>7} {:>9} {:>10} {:>8} {:>8} {:>9} {:>7} {:>9} {:>10}",
         "workload",
         "clients",
         "requests",
@@ -685,11 +694,12 @@ fn print_report(report: &Report) {
         "p99 ms",
         "p99.9 ms",
         "errors",
-        "RSS MiB"
+        "RSS MiB",
+        "CPU µs/req"
     );
     for w in &report.api {
         println!(
-            "{:<26} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>9.1}",
+            "{:<26} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>9.2} {:>7} {:>9.1} {:>10}",
             w.name,
             w.clients,
             w.requests,
@@ -698,7 +708,8 @@ fn print_report(report: &Report) {
             w.p99_ms,
             w.p999_ms,
             w.errors,
-            w.peak_rss_mib
+            w.peak_rss_mib,
+            w.api_cpu_us.map_or_else(String::new, |us| format!("{us:.0}"))
         );
     }
     for r in &report.reference {
