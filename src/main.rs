@@ -9,6 +9,11 @@ use payments_api::{
     telemetry,
 };
 
+/// mimalloc: per-thread free lists without the system allocator's consolidation, which took a
+/// tenth of a request's CPU (`docs/bench/history.md`, "Where a request's CPU goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// An error ends the process with its message and causes on one line, never a backtrace: what
 /// an operator needs is what is wrong and how to fix it (`RUST_BACKTRACE` is for panics).
 fn main() -> ExitCode {

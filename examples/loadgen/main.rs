@@ -709,7 +709,8 @@ fn print_report(report: &Report) {
             w.p999_ms,
             w.errors,
             w.peak_rss_mib,
-            w.api_cpu_us.map_or_else(String::new, |us| format!("{us:.0}"))
+            w.api_cpu_us
+                .map_or_else(String::new, |us| format!("{us:.0}"))
         );
     }
     for r in &report.reference {

@@ -129,7 +129,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics_page))
         .route("/openapi.json", get(openapi::openapi_json));
-    let state = AppState {
+    let state = AppState::new(state::Parts {
         pool: pool.clone(),
         background: Background(background),
         chains,
@@ -144,7 +144,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
             pool,
             settings: settings.webhooks,
         },
-    };
+    });
 
     Router::new()
         .merge(api)

@@ -3,6 +3,8 @@
 //! router names only its parts, never this type. What belongs to one request (the merchant, the
 //! checkout access, the deadline) travels in the request's extensions instead.
 
+use std::{ops::Deref, sync::Arc};
+
 use axum::extract::FromRef;
 
 use crate::{
@@ -16,8 +18,26 @@ use crate::{
     workers::Heartbeats,
 };
 
+/// The parts behind one `Arc`: axum clones the state for every request, so a clone is one
+/// reference count, not one per part.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Parts>);
+
+impl AppState {
+    pub fn new(parts: Parts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl Deref for AppState {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+pub struct Parts {
     /// The requests' pool.
     pub pool: Pool,
     /// The background work's pool, which `/readyz` and `/metrics` use: they never wait behind
