@@ -11,6 +11,7 @@ mod idempotency;
 mod intents;
 mod leases;
 mod lifecycle;
+mod merchants;
 mod network;
 mod operations;
 mod pool;

@@ -109,8 +109,33 @@ pub async fn inspect(
         reverted(e)?;
         return unsupported("does not implement EIP-3009 (authorizationState)");
     }
-    // For people only: a symbol is kept as printable text of at most 32 characters, decimals
-    // only where a uint256 amount can have them.
+    let units = read_units(&token).await?;
+    Ok(TokenSupport::Eip3009 {
+        name,
+        version,
+        contract_signatures: has_bytes_form(node, address).await?,
+        units,
+    })
+}
+
+/// What any ERC-20 says of its units, EIP-3009 or not; `None` if there is no contract at
+/// `address`.
+pub async fn units(node: &Node, address: Address) -> Result<Option<Units>, ChainError> {
+    use alloy::providers::Provider;
+    if node.get_code_at(address).await?.is_empty() {
+        return Ok(None);
+    }
+    read_units(&Eip712Token::new(address, node)).await.map(Some)
+}
+
+/// A token's symbol and decimals, each `None` where the token reverts (it lacks the function).
+/// For people only: a symbol is kept as printable text of at most 32 characters, decimals only
+/// where a uint256 amount can have them.
+async fn read_units(token: &Eip712Token::Eip712TokenInstance<&Node>) -> Result<Units, ChainError> {
+    let reverted = |e: alloy::contract::Error| match ChainError::from(e) {
+        ChainError::Unreachable(why) => Err(ChainError::Unreachable(why)),
+        _ => Ok(()),
+    };
     let symbol = match token.symbol().call().await {
         Ok(symbol) => Some(
             symbol
@@ -126,12 +151,7 @@ pub async fn inspect(
         Ok(decimals) => Some(decimals).filter(|d| *d <= 77),
         Err(e) => reverted(e).map(|()| None)?,
     };
-    Ok(TokenSupport::Eip3009 {
-        name,
-        version,
-        contract_signatures: has_bytes_form(node, address).await?,
-        units: Units { symbol, decimals },
-    })
+    Ok(Units { symbol, decimals })
 }
 
 /// Whether `authorizer`'s `nonce` is used (or canceled) on the token, and what `authorizer` holds

@@ -1,0 +1,190 @@
+//! The merchant's own settings: `GET /v1/merchant` and `POST /v1/merchant`: the name its payers
+//! see on checkout pages (`docs/checkout.md`; without one, pages show the merchant's id), its
+//! payout address, and the assets it accepts for orders priced in a currency (`assets`).
+
+pub mod assets;
+
+use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use utoipa::ToSchema;
+
+use self::assets::{AcceptedAsset, AssetRequest};
+use crate::{
+    auth::MerchantId,
+    db::Pool,
+    error::{ApiError, ErrorBody},
+    extract::JsonBody,
+    idempotency::Tx,
+    intents::domain::Address,
+    rails::Chains,
+};
+
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Pool: FromRef<S>,
+    Chains: FromRef<S>,
+{
+    Router::new().route("/v1/merchant", get(show).post(update))
+}
+
+/// The authenticated merchant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Merchant {
+    pub id: String,
+    /// Shown to payers on checkout pages; `null` until set (pages then show the id).
+    pub display_name: Option<String>,
+    /// Where the merchant is paid on every EVM chain, EIP-55 checksummed; `null` until set.
+    pub payout_address: Option<String>,
+    /// What orders priced in a currency can be paid with.
+    pub accepted_assets: Vec<AcceptedAsset>,
+}
+
+/// What to change; a field left out keeps its value. Unknown fields are rejected.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateMerchant {
+    /// 1 to 100 characters, shown as they are (the page escapes them).
+    #[serde(default)]
+    #[schema(example = "Demo Coffee Roasters")]
+    pub display_name: Option<String>,
+    /// The merchant's address on every EVM chain: an order is paid to it unless it names another.
+    #[serde(default)]
+    pub payout_address: Option<String>,
+    /// Replaces the whole list. Each is checked on its chain: served (`CHAINS`), a contract that
+    /// answers `decimals()` with at least the currency's two minor digits.
+    #[serde(default)]
+    pub accepted_assets: Option<Vec<AssetRequest>>,
+}
+
+/// A merchant's row: its settings as stored.
+struct Row {
+    display_name: Option<String>,
+    payout_address: Option<String>,
+    accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>,
+}
+
+impl Row {
+    fn into_merchant(self, merchant: &MerchantId) -> Merchant {
+        Merchant {
+            id: merchant.as_str().to_owned(),
+            display_name: self.display_name,
+            payout_address: self.payout_address,
+            accepted_assets: self.accepted_assets.0,
+        }
+    }
+}
+
+/// The merchant's settings.
+#[utoipa::path(
+    get,
+    path = "/v1/merchant",
+    operation_id = "retrieve_merchant",
+    tag = "merchant",
+    responses((status = 200, description = "The merchant's settings", body = Merchant))
+)]
+pub async fn show(
+    State(pool): State<Pool>,
+    Extension(merchant): Extension<MerchantId>,
+) -> Result<Json<Merchant>, ApiError> {
+    let row = sqlx::query_as!(
+        Row,
+        r#"SELECT display_name, payout_address,
+                  accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>"
+             FROM merchants WHERE id = $1"#,
+        merchant.as_str()
+    )
+    .fetch_optional(&mut *pool.acquire().await?)
+    .await?
+    .unwrap_or(Row {
+        display_name: None,
+        payout_address: None,
+        accepted_assets: sqlx::types::Json(Vec::new()),
+    });
+    Ok(Json(row.into_merchant(&merchant)))
+}
+
+/// Change the merchant's settings: its display name, payout address, accepted assets.
+#[utoipa::path(
+    post,
+    path = "/v1/merchant",
+    operation_id = "update_merchant",
+    tag = "merchant",
+    request_body(content = UpdateMerchant, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The merchant's settings now", body = Merchant),
+        (status = 400, description = "`invalid_request`: the name is empty, longer than 100 characters or holds control characters; the payout address is not one; an accepted asset's chain is not served, its token is no contract, does not say its decimals or has fewer than its currency's two (the message names the entry)", body = ErrorBody),
+        (status = 503, description = "`unavailable`: an accepted asset's chain did not answer; nothing was changed", body = ErrorBody),
+    )
+)]
+pub async fn update(
+    State(chains): State<Chains>,
+    Extension(merchant): Extension<MerchantId>,
+    mut tx: Tx,
+    JsonBody(request): JsonBody<UpdateMerchant>,
+) -> Result<Json<Merchant>, ApiError> {
+    let name = match &request.display_name {
+        Some(name) => {
+            let name = name.trim();
+            if !(1..=100).contains(&name.chars().count()) || name.chars().any(char::is_control) {
+                return Err(ApiError::InvalidRequest(
+                    "display_name: must be 1 to 100 characters, none of them control characters"
+                        .to_owned(),
+                ));
+            }
+            Some(name)
+        }
+        None => None,
+    };
+    let payout_address = match &request.payout_address {
+        Some(raw) => {
+            let address = Address::parse(raw)
+                .map_err(|why| ApiError::InvalidRequest(format!("payout_address: {why}")))?;
+            if address.to_checksum() == "0x0000000000000000000000000000000000000000" {
+                return Err(ApiError::InvalidRequest(
+                    "payout_address: must not be the zero address, whose tokens no one can move"
+                        .to_owned(),
+                ));
+            }
+            Some(address.to_checksum())
+        }
+        None => None,
+    };
+    let accepted = match request.accepted_assets {
+        Some(requested) => Some(assets::check(&chains, requested).await?),
+        None => None,
+    };
+    let row = sqlx::query_as!(
+        Row,
+        r#"INSERT INTO merchants (id, display_name, payout_address, accepted_assets)
+           VALUES ($1, $2, $3, COALESCE($4, '[]'::jsonb))
+           ON CONFLICT (id) DO UPDATE
+              SET display_name = COALESCE($2, merchants.display_name),
+                  payout_address = COALESCE($3, merchants.payout_address),
+                  accepted_assets = COALESCE($4, merchants.accepted_assets),
+                  updated_at = now()
+           RETURNING display_name, payout_address,
+                     accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>""#,
+        merchant.as_str(),
+        name,
+        payout_address,
+        accepted.map(sqlx::types::Json) as Option<sqlx::types::Json<Vec<AcceptedAsset>>>,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(Json(row.into_merchant(&merchant)))
+}
+
+/// The name payers see for `merchant`, if it set one.
+pub async fn display_name(
+    conn: &mut PgConnection,
+    merchant: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(
+        sqlx::query_scalar!("SELECT display_name FROM merchants WHERE id = $1", merchant)
+            .fetch_optional(conn)
+            .await?
+            .flatten(),
+    )
+}
