@@ -74,21 +74,9 @@ impl Address {
         Ok(address)
     }
 
-    /// EIP-55: uppercase each hex letter whose nibble in keccak256(lowercase hex) is 8 or more.
+    /// EIP-55, by alloy.
     pub fn to_checksum(&self) -> String {
-        let lower = hex::encode(self.0);
-        let hash = Keccak256::digest(lower.as_bytes());
-        let mut out = String::with_capacity(42);
-        out.push_str("0x");
-        for (i, c) in lower.chars().enumerate() {
-            let nibble = (hash[i / 2] >> (if i % 2 == 0 { 4 } else { 0 })) & 0x0f;
-            out.push(if nibble >= 8 {
-                c.to_ascii_uppercase()
-            } else {
-                c
-            });
-        }
-        out
+        alloy::primitives::Address::from(self.0).to_checksum(None)
     }
 }
 
