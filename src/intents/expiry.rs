@@ -4,18 +4,12 @@
 
 use std::{convert::Infallible, sync::Arc};
 
-use alloy::rpc::types::Log;
 use sqlx::PgConnection;
 
 use super::repo::{self, Expiry};
 use crate::{
     config::ChainEndpoint,
-    rails::{
-        follower::{
-            ConfirmedBlock, FollowError, Interest, Observation, Observed, Watch, WatchError,
-        },
-        rpc::Node,
-    },
+    rails::follower::{ConfirmedBlock, Watch},
     telemetry::metrics as names,
 };
 
@@ -46,37 +40,6 @@ pub struct ChainTimeExpiry {
 
 impl Watch for ChainTimeExpiry {
     type Outcome = Infallible;
-
-    fn applies(&self, _kind: &str) -> bool {
-        false
-    }
-
-    async fn interest(
-        &self,
-        _conn: &mut PgConnection,
-        _chain: &ChainEndpoint,
-    ) -> Result<Interest, sqlx::Error> {
-        Ok(Interest::default())
-    }
-
-    async fn observe(
-        &self,
-        _conn: &mut PgConnection,
-        _chain: &ChainEndpoint,
-        _node: &Node,
-        _log: &Log,
-    ) -> Result<Option<Observed>, FollowError> {
-        Ok(None)
-    }
-
-    async fn apply(
-        &self,
-        _tx: &mut PgConnection,
-        _chain: &ChainEndpoint,
-        observation: &Observation,
-    ) -> Result<Infallible, WatchError> {
-        Err(WatchError::not_applied_here(observation))
-    }
 
     /// Expires the intents whose authorization the newest confirmed block's time has passed.
     async fn confirmed(

@@ -154,20 +154,27 @@ pub struct ConfirmedBlock {
 }
 
 /// What a chain is watched for. Each method runs in the follower's tick; all state that matters
-/// is in PostgreSQL, so a tick cut short is done again.
+/// is in PostgreSQL, so a tick cut short is done again. The provided methods are a watch that looks
+/// for nothing: one that only follows the chain's time implements `confirmed` alone.
 pub trait Watch: Send + Sync + 'static {
     /// What applying one of its observations did.
     type Outcome: Outcome;
 
     /// Whether observations of `kind` are this watch's to apply.
-    fn applies(&self, kind: &str) -> bool;
+    fn applies(&self, kind: &str) -> bool {
+        let _ = kind;
+        false
+    }
 
     /// The logs wanted on `chain` now (read each tick: the tokens in use change).
     fn interest(
         &self,
         conn: &mut PgConnection,
         chain: &ChainEndpoint,
-    ) -> impl Future<Output = Result<Interest, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Interest, sqlx::Error>> + Send {
+        let _ = (conn, chain);
+        async { Ok(Interest::default()) }
+    }
 
     /// What a log matching the interest means, if anything.
     fn observe(
@@ -176,7 +183,10 @@ pub trait Watch: Send + Sync + 'static {
         chain: &ChainEndpoint,
         node: &Node,
         log: &Log,
-    ) -> impl Future<Output = Result<Option<Observed>, FollowError>> + Send;
+    ) -> impl Future<Output = Result<Option<Observed>, FollowError>> + Send {
+        let _ = (conn, chain, node, log);
+        async { Ok(None) }
+    }
 
     /// What each of `logs` means, in their order: one [`Watch::observe`] per log unless the
     /// watch matches many logs with one query (a block of transfers against every deposit
@@ -204,7 +214,10 @@ pub trait Watch: Send + Sync + 'static {
         tx: &mut PgConnection,
         chain: &ChainEndpoint,
         observation: &Observation,
-    ) -> impl Future<Output = Result<Self::Outcome, WatchError>> + Send;
+    ) -> impl Future<Output = Result<Self::Outcome, WatchError>> + Send {
+        let _ = (tx, chain);
+        async move { Err(WatchError::not_applied_here(observation)) }
+    }
 
     /// Work that follows the confirmed chain's time (expiry), after the observations are applied.
     fn confirmed(
@@ -314,37 +327,6 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
 /// intents' nonce uses, which the authorization's watch sees).
 impl Watch for () {
     type Outcome = std::convert::Infallible;
-
-    fn applies(&self, _kind: &str) -> bool {
-        false
-    }
-
-    async fn interest(
-        &self,
-        _conn: &mut PgConnection,
-        _chain: &ChainEndpoint,
-    ) -> Result<Interest, sqlx::Error> {
-        Ok(Interest::default())
-    }
-
-    async fn observe(
-        &self,
-        _conn: &mut PgConnection,
-        _chain: &ChainEndpoint,
-        _node: &Node,
-        _log: &Log,
-    ) -> Result<Option<Observed>, FollowError> {
-        Ok(None)
-    }
-
-    async fn apply(
-        &self,
-        _tx: &mut PgConnection,
-        _chain: &ChainEndpoint,
-        observation: &Observation,
-    ) -> Result<Self::Outcome, WatchError> {
-        Err(WatchError::not_applied_here(observation))
-    }
 }
 
 /// The follower of one chain as a [`Worker`]: one tick per unit, every `CHAIN_POLL_INTERVAL_MS`.

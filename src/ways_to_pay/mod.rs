@@ -68,7 +68,8 @@ impl<S: Clone + Send + Sync + 'static> Routes<S> {
     }
 }
 
-/// A way to pay: all that the rails, the intents, the ledger and the router need of it.
+/// A way to pay: all that the rails, the intents, the ledger and the router need of it. What it
+/// does not provide it has none of.
 pub trait WayToPay {
     /// What it looks for on every settled chain; `()` for a way whose payments another's watch
     /// sees.
@@ -77,19 +78,29 @@ pub trait WayToPay {
     fn watch(settings: &SettlementSettings) -> Self::Watch;
 
     /// What it queues for the relayer to send.
-    fn submission_kinds() -> Vec<Arc<dyn outbox::SubmissionKind>>;
+    fn submission_kinds() -> Vec<Arc<dyn outbox::SubmissionKind>> {
+        Vec::new()
+    }
 
     /// The observations of an intent that keep it from expiring while the chain settles it.
-    fn expiry_holds() -> ExpiryHolds;
+    fn expiry_holds() -> ExpiryHolds {
+        ExpiryHolds::default()
+    }
 
     /// The ledger entries its watch books.
-    fn ledger_kinds() -> Vec<ledger::Kind>;
+    fn ledger_kinds() -> Vec<ledger::Kind> {
+        Vec::new()
+    }
 
     fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,
-        Chains: FromRef<S>;
+        Chains: FromRef<S>,
+    {
+        let _ = idempotency;
+        Routes::api(Router::new())
+    }
 }
 
 /// Two ways to pay as one: their watches joined on one follower per chain, everything else listed

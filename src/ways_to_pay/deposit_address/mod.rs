@@ -12,16 +12,12 @@ pub mod watch;
 
 use std::sync::Arc;
 
-use axum::extract::FromRef;
-
-use super::{Routes, WayToPay};
+use super::WayToPay;
 use crate::{
     config::SettlementSettings,
-    db::Pool,
-    idempotency::IdempotencyState,
     intents::expiry::ExpiryHolds,
     ledger,
-    rails::{Chains, follower::ObservationKind, outbox::SubmissionKind},
+    rails::{follower::ObservationKind, outbox::SubmissionKind},
 };
 
 /// Paying an intent by transfers to its deposit address.
@@ -51,15 +47,5 @@ impl WayToPay for DepositAddress {
 
     fn ledger_kinds() -> Vec<ledger::Kind> {
         vec![ledger::Kind::Deposit, ledger::Kind::Sweep]
-    }
-
-    /// A deposit intent is made and read by the intents' routes; nothing of its own.
-    fn routes<S>(_: &IdempotencyState) -> Routes<S>
-    where
-        S: Clone + Send + Sync + 'static,
-        Pool: FromRef<S>,
-        Chains: FromRef<S>,
-    {
-        Routes::api(axum::Router::new())
     }
 }

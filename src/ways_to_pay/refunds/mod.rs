@@ -27,7 +27,6 @@ use crate::{
     config::SettlementSettings,
     db::Pool,
     idempotency::IdempotencyState,
-    intents::expiry::ExpiryHolds,
     ledger,
     rails::{Chains, outbox::SubmissionKind},
 };
@@ -44,11 +43,6 @@ impl WayToPay for Refunds {
 
     fn submission_kinds() -> Vec<Arc<dyn SubmissionKind>> {
         vec![Arc::new(payments::RefundPayment)]
-    }
-
-    /// A refund's observations hold off the refund's expiry (`repo::expire_due`), not an intent's.
-    fn expiry_holds() -> ExpiryHolds {
-        ExpiryHolds::default()
     }
 
     fn ledger_kinds() -> Vec<ledger::Kind> {

@@ -14,19 +14,10 @@ pub mod exact_evm;
 pub mod routes;
 pub mod settle;
 
-use std::sync::Arc;
-
 use axum::extract::FromRef;
 
 use super::{Routes, WayToPay};
-use crate::{
-    config::SettlementSettings,
-    db::Pool,
-    idempotency::IdempotencyState,
-    intents::expiry::ExpiryHolds,
-    ledger,
-    rails::{Chains, outbox::SubmissionKind},
-};
+use crate::{config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains};
 
 /// payments-api as an x402 facilitator. A settle queues an intent's payment (the authorization's
 /// submission kind), which the authorization's watch sees; x402 adds only its routes.
@@ -36,18 +27,6 @@ impl WayToPay for X402 {
     type Watch = ();
 
     fn watch(_: &SettlementSettings) -> Self::Watch {}
-
-    fn submission_kinds() -> Vec<Arc<dyn SubmissionKind>> {
-        vec![]
-    }
-
-    fn expiry_holds() -> ExpiryHolds {
-        ExpiryHolds::default()
-    }
-
-    fn ledger_kinds() -> Vec<ledger::Kind> {
-        vec![]
-    }
 
     /// Under `/x402`, with idempotency on settle only and no turn (`docs/x402.md`).
     fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
