@@ -9,7 +9,11 @@ use utoipa::ToSchema;
 use crate::{
     error::ApiError,
     intents::domain::{Address, Chain},
-    rails::{Chains, evm::token, rpc::ChainError},
+    rails::{
+        Chains,
+        evm::token,
+        rpc::{ChainError, Node},
+    },
 };
 
 /// At most this many accepted assets: each becomes a payment option of every order.
@@ -73,9 +77,11 @@ pub struct AcceptedAsset {
     pub decimals: u8,
 }
 
-/// A request's assets, each parsed, on a served chain, and none named twice; no chain asked yet.
-struct Parsed {
+/// A request's asset, parsed, on a served chain (whose node it keeps), not named twice; no chain
+/// asked yet.
+struct Parsed<'a> {
     chain: Chain,
+    node: &'a Node,
     token: Address,
     currency: Currency,
 }
@@ -99,7 +105,7 @@ pub async fn check(
     let mut parsed: Vec<Parsed> = Vec::with_capacity(requested.len());
     for (i, asset) in requested.iter().enumerate() {
         let chain = Chain::parse(&asset.chain).map_err(|why| invalid(i, "chain", why))?;
-        if chains.get(chain.as_str()).is_none() {
+        let Some((_, node)) = chains.get(chain.as_str()) else {
             return Err(invalid(
                 i,
                 "chain",
@@ -108,7 +114,7 @@ pub async fn check(
                     chain.as_str()
                 ),
             ));
-        }
+        };
         let token = Address::parse(&asset.token).map_err(|why| invalid(i, "token", why))?;
         let currency =
             Currency::parse(&asset.currency).map_err(|why| invalid(i, "currency", why))?;
@@ -122,17 +128,15 @@ pub async fn check(
         }
         parsed.push(Parsed {
             chain,
+            node,
             token,
             currency,
         });
     }
     let mut accepted = Vec::with_capacity(parsed.len());
     for (i, asset) in parsed.into_iter().enumerate() {
-        let (_, node) = chains
-            .get(asset.chain.as_str())
-            .ok_or_else(|| ApiError::internal("checked above"))?;
         let token_address = asset.token.to_checksum();
-        let units = token::units(node, token_address.parse().map_err(|_| ApiError::internal("an EIP-55 address parses"))?)
+        let units = token::units(asset.node, asset.token.into())
             .await
             .map_err(|e| match e {
                 ChainError::Unreachable(why) => ApiError::ChainUnavailable(format!(
