@@ -39,6 +39,9 @@ pub enum ApiError {
     IdempotencyKeyLeaseLost { key: String },
     #[error("{0}")]
     InvalidStateTransition(String),
+    /// An order is being paid by one of its options: no other can pay it.
+    #[error("{0}")]
+    PaymentInProgress(String),
     /// A refund would take back more than its intent was paid, counting the refunds before it.
     #[error("{0}")]
     RefundExceedsPayment(String),
@@ -171,6 +174,7 @@ impl ApiError {
             Self::IdempotencyKeyInFlight { .. } => "idempotency_key_in_flight",
             Self::IdempotencyKeyLeaseLost { .. } => "idempotency_key_lease_lost",
             Self::InvalidStateTransition(_) => "invalid_state_transition",
+            Self::PaymentInProgress(_) => "payment_in_progress",
             Self::RefundExceedsPayment(_) => "refund_exceeds_payment",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::RateLimited { .. } => "rate_limited",
@@ -199,6 +203,7 @@ impl ApiError {
             Self::IdempotencyKeyInFlight { .. }
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_)
+            | Self::PaymentInProgress(_)
             | Self::RefundExceedsPayment(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,

@@ -11,8 +11,9 @@ use sqlx::PgConnection;
 use crate::{
     db::Pool,
     events, idempotency, intents,
-    intents::repo::Expiry,
+    intents::{expiry::ExpiryHolds, repo::Expiry},
     telemetry::metrics as names,
+    ways_to_pay,
     workers::{Failed, Next, Schedule, Worker},
 };
 
@@ -45,6 +46,9 @@ enum Sweep {
 /// size, carried from round to round (`docs/design.md`, "Sweepers").
 pub struct Sweeper {
     settled_chains: Vec<String>,
+    /// What the ways to pay observed that holds an intent off expiring: an order no option was
+    /// chosen for expires by the clock, but not while a deposit at an option's address waits.
+    holds: ExpiryHolds,
     budget: Duration,
     batches: [(Sweep, i64); 3],
 }
@@ -56,6 +60,7 @@ impl Sweeper {
     pub fn new(settled_chains: Vec<String>, budget: Duration) -> Self {
         Self {
             settled_chains,
+            holds: ways_to_pay::expiry_holds(),
             budget,
             batches: [
                 (Sweep::ExpireIntents, BATCH),
@@ -84,6 +89,7 @@ impl Sweeper {
                     Sweep::ExpireIntents => {
                         let expiry = Expiry::Clock {
                             settled_chains: &self.settled_chains,
+                            holds: &self.holds,
                         };
                         let n = intents::repo::expire_due(conn, *batch, &expiry).await?;
                         report.intents_expired += n;

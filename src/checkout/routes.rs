@@ -30,16 +30,12 @@ use super::{
 use crate::{
     db::Pool,
     error::{ApiError, ErrorBody},
-    extract::JsonBody,
+    extract::{JsonBody, QueryParams},
     idempotency::Tx,
     idempotency::{IdempotencyState, idempotency_layer},
     intents::state::Actor,
-    rails::{
-        Chains,
-        eip3009::{AuthorizationDocument, ConfirmRequest},
-        tokens,
-    },
-    ways_to_pay::authorization::payments,
+    rails::{Chains, eip3009::AuthorizationDocument, tokens},
+    ways_to_pay::authorization::payments::{self, Choose, PayRequest},
 };
 
 /// Confirms a page may send per intent and minute (a payer retrying is a handful).
@@ -117,9 +113,9 @@ async fn current(
     let (mut view, read) = view::find(conn, &access.intent)
         .await?
         .ok_or_else(not_found)?;
-    if let (false, Some((endpoint, node)), Ok(token)) =
-        (read, chains.get(&view.chain), view.token.parse())
-    {
+    let chain = view.chain.as_deref().and_then(|chain| chains.get(chain));
+    let token = view.token.as_deref().map(str::parse);
+    if let (false, Some((endpoint, node)), Some(Ok(token))) = (read, chain, token) {
         match tokens::resolve(conn, endpoint, node, token).await {
             Ok(_) => {
                 view = view::find(conn, &access.intent)
@@ -165,9 +161,10 @@ pub async fn show(
     path = "/v1/checkout/{id}/authorization",
     operation_id = "get_checkout_authorization",
     tag = "checkout",
-    params(("id" = String, Path, description = "The intent id")),
+    params(("id" = String, Path, description = "The intent id"), Choose),
     responses(
         (status = 200, description = "What the payer signs", body = AuthorizationDocument),
+        (status = 400, description = "`invalid_request`: an option or payer it cannot be paid with", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_state_transition`: not `created`", body = ErrorBody),
         (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
@@ -177,11 +174,17 @@ pub async fn authorization(
     State(pool): State<Pool>,
     State(chains): State<Chains>,
     Extension(access): Extension<CheckoutAccess>,
+    QueryParams(choose): QueryParams<Choose>,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
     let mut conn = pool.acquire().await?;
-    let authorization =
-        payments::authorization(&mut conn, &chains, &access.merchant, access.intent.as_str())
-            .await?;
+    let authorization = payments::authorization(
+        &mut conn,
+        &chains,
+        &access.merchant,
+        access.intent.as_str(),
+        &choose,
+    )
+    .await?;
     Ok(Json(AuthorizationDocument::of(&authorization)))
 }
 
@@ -193,7 +196,7 @@ pub async fn authorization(
     operation_id = "confirm_checkout",
     tag = "checkout",
     params(("id" = String, Path, description = "The intent id")),
-    request_body(content = ConfirmRequest, content_type = "application/json"),
+    request_body(content = PayRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Processing: the authorization is queued", body = CheckoutView),
         (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's", body = ErrorBody),
@@ -209,7 +212,7 @@ pub async fn confirm(
     Extension(access): Extension<CheckoutAccess>,
     State(ConfirmLimiter(limiter)): State<ConfirmLimiter>,
     mut tx: Tx,
-    JsonBody(request): JsonBody<ConfirmRequest>,
+    JsonBody(request): JsonBody<PayRequest>,
 ) -> Result<Json<CheckoutView>, ApiError> {
     // Intents paid long ago need no bucket: the map is pruned as it grows.
     if limiter.len() > 4096 {
@@ -229,7 +232,7 @@ pub async fn confirm(
         &chains,
         &access.merchant,
         access.intent.as_str(),
-        &request.signature,
+        &request,
         &Actor::Checkout,
     )
     .await?;

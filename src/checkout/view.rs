@@ -9,7 +9,8 @@ use alloy::primitives::U256;
 
 use crate::{
     intents::{
-        domain::{IntentId, PaymentMethod},
+        domain::{Currency, IntentId, PaymentMethod},
+        order::PaymentOption,
         repo,
         state::IntentState,
     },
@@ -24,20 +25,27 @@ pub struct CheckoutView {
     pub id: String,
     pub state: IntentState,
     pub version: i32,
-    /// Token base units, as a decimal string.
+    /// Token base units, as a decimal string; for an order no option was chosen for yet, its
+    /// price in `currency`.
     pub amount: String,
+    /// An order's currency.
+    pub currency: Option<Currency>,
+    /// An order's ways to be paid; the page lets the payer pick one.
+    pub payment_options: Vec<PaymentOption>,
+    /// The option paying the order, once chosen: the page shows it alone.
+    pub selected_option: Option<String>,
     /// The amount in the token's units (`100.00`), when the token says its decimals.
     pub amount_display: Option<String>,
     pub symbol: Option<String>,
     pub decimals: Option<u8>,
-    /// `evm:<chain id>`.
-    pub chain: String,
+    /// `evm:<chain id>`; `null` for an order until an option is chosen.
+    pub chain: Option<String>,
     pub chain_id: u64,
-    pub token: String,
+    pub token: Option<String>,
     /// The address that must sign; none for a `deposit_address` intent.
     pub payer: Option<String>,
-    /// `authorization` or `deposit_address`.
-    pub payment_method: PaymentMethod,
+    /// `authorization` or `deposit_address`; `null` for an order until an option is chosen.
+    pub payment_method: Option<PaymentMethod>,
     /// Where to send the token, for a `deposit_address` intent.
     pub deposit_address: Option<String>,
     /// What confirmed transfers to `deposit_address` brought so far, token base units.
@@ -83,22 +91,46 @@ pub async fn find(
         .unwrap_or(merchant_id);
     let chain_id = intent
         .chain
-        .strip_prefix("evm:")
+        .as_deref()
+        .and_then(|chain| chain.strip_prefix("evm:"))
         .and_then(|id| id.parse().ok())
         .unwrap_or(0);
-    let units = tokens::units_of(conn, chain_id, &intent.token).await?;
-    let read = units.is_some();
-    let (symbol, decimals) = units.unwrap_or_default();
+    let selected = intent
+        .payment_options
+        .iter()
+        .find(|o| Some(&o.id) == intent.selected_option.as_ref());
+    // An order's chosen option says its token's units and base-unit amount; an order not yet
+    // chosen has neither, and a token of an intent priced in it was read with its domain.
+    let (amount, units, read) = match (&intent.token, selected) {
+        (_, Some(option)) => (
+            option.amount.clone(),
+            (option.symbol.clone(), Some(i16::from(option.decimals))),
+            true,
+        ),
+        (Some(token), None) => {
+            let units = tokens::units_of(conn, chain_id, token).await?;
+            (
+                intent.amount.clone(),
+                units.clone().unwrap_or_default(),
+                units.is_some(),
+            )
+        }
+        (None, None) => (intent.amount.clone(), (None, None), true),
+    };
+    let (symbol, decimals) = units;
     let decimals = decimals.and_then(|d| u8::try_from(d).ok());
     let view = CheckoutView {
-        amount_display: decimals.map(|d| in_units(&intent.amount, d)),
+        amount_display: decimals.map(|d| in_units(&amount, d)),
         symbol,
         decimals,
         chain_id,
         id: intent.id,
         state: intent.state,
         version: intent.version,
-        amount: intent.amount,
+        amount,
+        currency: intent.currency,
+        payment_options: intent.payment_options.0,
+        selected_option: intent.selected_option,
         chain: intent.chain,
         token: intent.token,
         payer: intent.payer,
@@ -130,12 +162,13 @@ impl CheckoutView {
         conn: &mut PgConnection,
         required: u64,
     ) -> Result<Self, sqlx::Error> {
-        let Some(address) = self.deposit_address.clone() else {
+        let (Some(address), Some(token)) = (self.deposit_address.clone(), self.token.clone())
+        else {
             return Ok(self);
         };
         self.confirmations_required = required;
         let confirming =
-            deposit_address::watch::confirming(conn, &self.id, &self.token, self.chain_id).await?;
+            deposit_address::watch::confirming(conn, &self.id, &token, self.chain_id).await?;
         self.amount_confirming = confirming.amount;
         self.confirmations = confirming
             .confirmations
@@ -148,12 +181,9 @@ impl CheckoutView {
             (Ok(amount), Ok(received)) => amount.saturating_sub(received),
             _ => U256::ZERO,
         };
-        if let (IntentState::Created, false, Ok(token), Ok(to)) = (
-            self.state,
-            due.is_zero(),
-            self.token.parse(),
-            address.parse(),
-        ) {
+        if let (IntentState::Created, false, Ok(token), Ok(to)) =
+            (self.state, due.is_zero(), token.parse(), address.parse())
+        {
             let uri = deposit::payment_uri(token, self.chain_id, to, due);
             self.payment_qr_svg = qr_svg(&uri);
             self.payment_uri = Some(uri);

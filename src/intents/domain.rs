@@ -168,6 +168,108 @@ impl From<Amount> for String {
     }
 }
 
+/// A currency an order can be priced in.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+pub enum Currency {
+    Usd,
+    Eur,
+}
+
+impl Currency {
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match raw {
+            "usd" => Ok(Self::Usd),
+            "eur" => Ok(Self::Eur),
+            _ => Err(format!("must be \"usd\" or \"eur\", got {raw:?}")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Usd => "usd",
+            Self::Eur => "eur",
+        }
+    }
+
+    /// Digits of its minor unit (cents): an amount in it has at most this many fraction digits.
+    pub fn minor_digits(self) -> u8 {
+        2
+    }
+}
+
+/// What an order costs in its currency: a decimal string with at most the currency's two fraction
+/// digits, more than zero, no sign, no leading zeros (`"25.00"`, `"0.5"`, `"120"`), kept as given
+/// and counted in minor units (cents), which every option's base-unit amount is made from exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Price {
+    text: String,
+    minor_units: u64,
+}
+
+impl Price {
+    /// At most this many digits before the point: ten trillion, beyond any one payment.
+    const MAX_WHOLE_DIGITS: usize = 13;
+
+    pub fn parse(raw: &str, currency: Currency) -> Result<Self, String> {
+        let digits = usize::from(currency.minor_digits());
+        let (whole, fraction) = raw.split_once('.').unwrap_or((raw, ""));
+        let well_formed = !whole.is_empty()
+            && whole.bytes().all(|b| b.is_ascii_digit())
+            && fraction.bytes().all(|b| b.is_ascii_digit())
+            && (!raw.contains('.') || !fraction.is_empty())
+            && (whole == "0" || !whole.starts_with('0'));
+        if !well_formed {
+            return Err(format!(
+                "must be a decimal string such as \"25.00\" (no sign, exponent or leading zeros), got {}",
+                quoted(raw)
+            ));
+        }
+        if fraction.len() > digits {
+            return Err(format!(
+                "{} has {digits} minor digits; {} has {}",
+                currency.as_str(),
+                quoted(raw),
+                fraction.len()
+            ));
+        }
+        if whole.len() > Self::MAX_WHOLE_DIGITS {
+            return Err(format!(
+                "must be less than 10^{} {}",
+                Self::MAX_WHOLE_DIGITS,
+                currency.as_str()
+            ));
+        }
+        let padded = format!("{whole}{fraction:0<digits$}");
+        let minor_units: u64 = padded.parse().map_err(|e| format!("{e}"))?;
+        if minor_units == 0 {
+            return Err("must be more than zero".to_owned());
+        }
+        Ok(Self {
+            text: raw.to_owned(),
+            minor_units,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The price in base units of a token with `decimals` decimals, exactly: `None` if it is no
+    /// uint256 (a token with absurdly many decimals).
+    pub fn in_base_units(&self, currency: Currency, decimals: u8) -> Option<Amount> {
+        use alloy::primitives::U256;
+        let scale = decimals.checked_sub(currency.minor_digits())?;
+        let units = U256::from(10u8)
+            .checked_pow(U256::from(scale))?
+            .checked_mul(U256::from(self.minor_units))?;
+        Amount::parse(&units.to_string()).ok()
+    }
+}
+
 /// How an intent is paid (`docs/api.md`, "The intent"): `authorization`, an EIP-3009 transfer its
 /// payer signs (the default), or `deposit_address`, plain transfers of the token to an address of
 /// the intent's own (`docs/settlement.md`, "Deposit addresses").
@@ -438,6 +540,59 @@ mod tests {
         assert_eq!(IntentId::parse("pi_BFE74542F6B8B55F8F849A22"), None);
         assert_eq!(IntentId::parse("pi_bfe74542"), None);
         assert_eq!(IntentId::parse("'; DROP TABLE payment_intents; --"), None);
+    }
+
+    #[test]
+    fn a_price_is_exact_in_any_token_units() {
+        let usd = Currency::Usd;
+        let price = Price::parse("25.00", usd).unwrap();
+        assert_eq!(price.as_str(), "25.00");
+        assert_eq!(price.in_base_units(usd, 6).unwrap().as_str(), "25000000");
+        assert_eq!(
+            price.in_base_units(usd, 18).unwrap().as_str(),
+            "25000000000000000000"
+        );
+        assert_eq!(price.in_base_units(usd, 2).unwrap().as_str(), "2500");
+        assert_eq!(
+            Price::parse("0.5", usd)
+                .unwrap()
+                .in_base_units(usd, 6)
+                .unwrap()
+                .as_str(),
+            "500000"
+        );
+        assert_eq!(
+            Price::parse("120", usd)
+                .unwrap()
+                .in_base_units(usd, 6)
+                .unwrap()
+                .as_str(),
+            "120000000"
+        );
+        assert!(price.in_base_units(usd, 1).is_none());
+        assert!(price.in_base_units(usd, 255).is_none());
+        for bad in [
+            "",
+            "0",
+            "0.00",
+            "-1",
+            "+1",
+            "1.",
+            ".5",
+            "1.234",
+            "01.00",
+            "1e3",
+            " 1",
+            "1,00",
+            "99999999999999",
+            "NaN",
+        ] {
+            assert!(
+                Price::parse(bad, usd).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+        assert!(Price::parse("9999999999999.99", usd).is_ok());
     }
 
     #[test]

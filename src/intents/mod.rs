@@ -2,6 +2,7 @@
 
 pub mod domain;
 pub mod expiry;
+pub mod order;
 pub mod payment;
 pub mod repo;
 pub mod routes;

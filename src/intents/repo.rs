@@ -9,8 +9,11 @@ use sqlx::{Connection, PgConnection, types::Json};
 use time::OffsetDateTime;
 
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
+    domain::{
+        Address, Amount, Chain, Currency, ExpiresIn, IntentId, Metadata, PaymentMethod, Price,
+    },
     expiry::ExpiryHolds,
+    order::PaymentOption,
     state::{self, Action, Actor, FailureReason, IntentState},
 };
 use crate::{
@@ -26,9 +29,11 @@ macro_rules! query_intent {
         sqlx::query_as!(
             $row,
             $before
-                + r#"id, state AS "state: IntentState", version, amount::text AS "amount!", chain, token,
-                     payer, payee AS merchant, payment_method AS "payment_method: PaymentMethod",
-                     deposit_address, expires_at, created_at, updated_at, canceled_at,
+                + r#"id, state AS "state: IntentState", version, COALESCE(price, amount::text) AS "amount!",
+                     currency AS "currency?: Currency", chain AS "chain?", token AS "token?",
+                     payer, payee AS merchant, payment_method AS "payment_method?: PaymentMethod",
+                     deposit_address, payment_options AS "payment_options!: Json<Vec<PaymentOption>>",
+                     selected_option AS "selected_option?", expires_at, created_at, updated_at, canceled_at,
                      cancellation_reason, failure_reason, pending_reason,
                      settlement AS "settlement: Json<Settlement>",
                      amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!",
@@ -49,24 +54,34 @@ pub struct PaymentIntent {
     pub state: IntentState,
     /// Starts at 1 and grows by one on every state change.
     pub version: i32,
-    /// Token base units, as a decimal string.
+    /// Token base units, as a decimal string; for an order (`currency` set), its price in the
+    /// currency as given (`"25.00"`).
     #[schema(example = "100000000")]
     pub amount: String,
+    /// An order's currency, `usd` or `eur`; `null` for an intent priced in token base units.
+    pub currency: Option<Currency>,
+    /// `null` for an order until an option is chosen: then the option's.
     #[schema(example = "evm:31337")]
-    pub chain: String,
-    /// EIP-55 checksummed.
-    pub token: String,
-    /// EIP-55 checksummed; none for a `deposit_address` intent, which whoever sends to its
-    /// address pays.
+    pub chain: Option<String>,
+    /// EIP-55 checksummed; `null` for an order until an option is chosen.
+    pub token: Option<String>,
+    /// EIP-55 checksummed; `null` for a `deposit_address` intent, which whoever sends to its
+    /// address pays, and for an authorization until its payer confirms.
     pub payer: Option<String>,
     /// The payee's address, EIP-55 checksummed.
     pub merchant: String,
     /// `authorization` (the payer signs an EIP-3009 transfer) or `deposit_address` (anyone sends
-    /// the token to `deposit_address`).
-    pub payment_method: PaymentMethod,
+    /// the token to `deposit_address`); `null` for an order until an option is chosen.
+    pub payment_method: Option<PaymentMethod>,
     /// Where to send the token, for a `deposit_address` intent: an address of this intent alone,
     /// from which the money can only go on to `merchant` (`docs/settlement.md`, "Deposit addresses").
     pub deposit_address: Option<String>,
+    /// An order's ways to be paid, fixed when it was made; empty for an intent priced in token
+    /// base units.
+    #[schema(value_type = Vec<PaymentOption>)]
+    pub payment_options: Json<Vec<PaymentOption>>,
+    /// The option that pays an order, once a payer confirmed it or a deposit reached its address.
+    pub selected_option: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
@@ -119,11 +134,8 @@ pub struct Settlement {
 }
 
 pub struct NewIntent {
-    pub chain: Chain,
-    pub token: Address,
-    pub paid_by: PaidBy,
+    pub priced: Priced,
     pub payee: Address,
-    pub amount: Amount,
     pub expires: Expires,
     pub metadata: Metadata,
     /// The nonce its authorization carries: derived from its id, unless the payer chose it (an
@@ -131,11 +143,28 @@ pub struct NewIntent {
     pub nonce: Option<[u8; 32]>,
 }
 
-/// How a new intent is paid.
+/// What a new intent costs and how it can be paid.
+pub enum Priced {
+    /// This amount of this token on this chain, paid so.
+    InToken {
+        chain: Chain,
+        token: Address,
+        amount: Amount,
+        paid_by: PaidBy,
+    },
+    /// An order: this price in this currency, paid by one of these options.
+    InCurrency {
+        currency: Currency,
+        price: Price,
+        options: Vec<PaymentOption>,
+    },
+}
+
+/// How a new intent priced in a token is paid.
 #[derive(Debug, Clone, Copy)]
 pub enum PaidBy {
-    /// `payer` signs an EIP-3009 authorization.
-    Authorization { payer: Address },
+    /// An EIP-3009 authorization that `payer` signs; whoever signs it when it confirms if `None`.
+    Authorization { payer: Option<Address> },
     /// Whoever sends the token to `address`, the intent's forwarder (`rails::evm::deposit`).
     DepositAddress { address: Address },
 }
@@ -162,26 +191,55 @@ pub async fn insert(
         Expires::In(after) => (f64::from(after.seconds()), None),
         Expires::At(at) => (0.0, Some(at)),
     };
-    let (method, payer, deposit_address) = match intent.paid_by {
-        PaidBy::Authorization { payer } => (PaymentMethod::Authorization, Some(payer), None),
-        PaidBy::DepositAddress { address } => (PaymentMethod::DepositAddress, None, Some(address)),
+    let (chain, token, amount, method, payer, deposit_address) = match &intent.priced {
+        Priced::InToken {
+            chain,
+            token,
+            amount,
+            paid_by,
+        } => {
+            let (method, payer, deposit_address) = match *paid_by {
+                PaidBy::Authorization { payer } => (PaymentMethod::Authorization, payer, None),
+                PaidBy::DepositAddress { address } => {
+                    (PaymentMethod::DepositAddress, None, Some(address))
+                }
+            };
+            (
+                Some(chain.as_str()),
+                Some(token.to_checksum()),
+                Some(amount.as_str()),
+                Some(method.as_str()),
+                payer.map(|payer| payer.to_checksum()),
+                deposit_address.map(|address| address.to_checksum()),
+            )
+        }
+        Priced::InCurrency { .. } => (None, None, None, None, None, None),
+    };
+    let (currency, price, options) = match &intent.priced {
+        Priced::InCurrency {
+            currency,
+            price,
+            options,
+        } => (Some(currency.as_str()), Some(price.as_str()), &options[..]),
+        Priced::InToken { .. } => (None, None, &[][..]),
     };
     let created = query_intent!(
         PaymentIntent,
         r#"
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
-                                     client_secret, checkout_url, payment_method, deposit_address)
+                                     client_secret, checkout_url, payment_method, deposit_address, currency, price, payment_options)
         VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
-                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15)
+                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15,
+                $16, $17, $18)
         RETURNING "#,
         r#"
         "#,
         merchant.as_str(),
         id.as_str(),
-        intent.amount.as_str(),
-        intent.chain.as_str(),
-        intent.token.to_checksum(),
-        payer.map(|payer| payer.to_checksum()),
+        amount,
+        chain,
+        token,
+        payer,
         intent.payee.to_checksum(),
         expires_in,
         Json(&intent.metadata) as _,
@@ -189,17 +247,49 @@ pub async fn insert(
         id.client_secret(),
         checkout_base,
         expires_at,
-        method.as_str(),
-        deposit_address.map(|address| address.to_checksum()),
+        method,
+        deposit_address,
+        currency,
+        price,
+        Json(options) as _,
     )
     .fetch_one(&mut *conn)
     .await?;
-    if deposit_address.is_some() {
-        // The follower reads this token's transfers on this chain from now on.
+    // The follower reads the transfers of each token deposits are made in, on its chain, from now
+    // on; an order's options' addresses are matched as intents' own are. One statement for all.
+    let mut watched: (Vec<&str>, Vec<String>, Vec<String>, Vec<String>) = Default::default();
+    if let (Some(chain), Some(token), Some(_)) = (chain, &token, &deposit_address) {
+        watched.0.push(chain);
+        watched.1.push(token.clone());
+    }
+    for option in options {
+        if let Some(address) = &option.deposit_address {
+            watched.0.push(&option.chain);
+            watched.1.push(option.token.clone());
+            watched.2.push(address.clone());
+            watched.3.push(option.id.clone());
+        }
+    }
+    if !watched.0.is_empty() {
+        let (chains, tokens, addresses, option_ids) = watched;
+        let chains: Vec<String> = chains.into_iter().map(str::to_owned).collect();
         sqlx::query!(
-            "INSERT INTO deposit_tokens (chain, token) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            intent.chain.as_str(),
-            intent.token.to_checksum(),
+            r#"WITH tokens AS (
+                   INSERT INTO deposit_tokens (chain, token)
+                   SELECT DISTINCT * FROM unnest($1::text[], $2::text[])
+                   ON CONFLICT DO NOTHING
+               )
+               INSERT INTO payment_option_addresses (chain, deposit_address, merchant_id, intent_id, option_id, token, payee)
+               SELECT o.chain, o.address, $5, $6, o.option_id, o.token, $7
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS o(chain, token, address, option_id)
+                WHERE o.address IS NOT NULL"#,
+            &chains,
+            &tokens,
+            &addresses,
+            &option_ids,
+            merchant.as_str(),
+            id.as_str(),
+            intent.payee.to_checksum(),
         )
         .execute(&mut *conn)
         .await?;
@@ -330,8 +420,11 @@ pub async fn lock_for_refund(
 ) -> Result<Option<Refundable>, sqlx::Error> {
     sqlx::query_as!(
         Refundable,
-        r#"SELECT state AS "state: IntentState", amount::text AS "amount!", settlement IS NOT NULL AS "paid!",
-                  chain, token, payee, payer
+        // An order no option was chosen for names no payment yet, and was not paid: its empty
+        // amount, chain and token are never read.
+        r#"SELECT state AS "state: IntentState", COALESCE(amount, 0)::text AS "amount!",
+                  settlement IS NOT NULL AS "paid!", COALESCE(chain, '') AS "chain!",
+                  COALESCE(token, '') AS "token!", payee, payer
              FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE"#,
         merchant.as_str(),
         id.as_str(),
@@ -360,16 +453,19 @@ pub async fn add_refunded(
     Ok(())
 }
 
-/// A deposit intent whose address a transfer touched.
+/// A deposit address a transfer touched: an intent's own, or an order's option's.
 pub struct DepositIntent {
     pub merchant_id: String,
     pub id: String,
+    /// The token the address was made for.
     pub token: String,
     pub payee: String,
     pub deposit_address: String,
+    /// The order's option the address belongs to.
+    pub option_id: Option<String>,
 }
 
-/// The deposit intents on `chain` whose addresses are among `addresses`.
+/// The deposit addresses on `chain` among `addresses`, with the intents they belong to.
 pub async fn by_deposit_addresses(
     conn: &mut PgConnection,
     chain: &str,
@@ -377,7 +473,13 @@ pub async fn by_deposit_addresses(
 ) -> Result<Vec<DepositIntent>, sqlx::Error> {
     sqlx::query_as!(
         DepositIntent,
-        r#"SELECT merchant_id, id, token, payee, deposit_address AS "deposit_address!" FROM payment_intents
+        r#"SELECT merchant_id AS "merchant_id!", id AS "id!", token AS "token!", payee AS "payee!",
+                  deposit_address AS "deposit_address!", NULL::text AS option_id
+             FROM payment_intents
+            WHERE chain = $1 AND deposit_address = ANY($2::text[]) AND currency IS NULL
+           UNION ALL
+           SELECT merchant_id, intent_id, token, payee, deposit_address, option_id
+             FROM payment_option_addresses
             WHERE chain = $1 AND deposit_address = ANY($2::text[])"#,
         chain,
         addresses,
@@ -386,32 +488,136 @@ pub async fn by_deposit_addresses(
     .await
 }
 
-/// The deposit address of the intent `id`; `None` if there is no such intent or it has none.
-pub async fn deposit_address_of(
+/// Every deposit address of the intent `id`: its own, or its options' if it is an order.
+pub async fn deposit_addresses_of(
     conn: &mut PgConnection,
     id: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    Ok(sqlx::query_scalar!(
-        "SELECT deposit_address FROM payment_intents WHERE id = $1",
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT deposit_address AS "address!" FROM payment_intents
+            WHERE id = $1 AND deposit_address IS NOT NULL AND currency IS NULL
+           UNION ALL
+           SELECT deposit_address FROM payment_option_addresses WHERE intent_id = $1"#,
         id
     )
-    .fetch_optional(conn)
-    .await?
-    .flatten())
+    .fetch_all(conn)
+    .await
 }
 
-/// Every deposit address of an intent on `chain`.
+/// Every deposit address on `chain`: intents' own and orders' options'.
 pub async fn deposit_addresses_on(
     conn: &mut PgConnection,
     chain: &str,
 ) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"SELECT deposit_address AS "address!" FROM payment_intents
-            WHERE chain = $1 AND deposit_address IS NOT NULL"#,
+            WHERE chain = $1 AND deposit_address IS NOT NULL AND currency IS NULL
+           UNION ALL
+           SELECT deposit_address FROM payment_option_addresses WHERE chain = $1"#,
         chain
     )
     .fetch_all(conn)
     .await
+}
+
+/// The option `option_id` of the merchant's order `id`; `None` if it has no such option.
+pub async fn option_of(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    option_id: &str,
+) -> Result<Option<PaymentOption>, sqlx::Error> {
+    let option = sqlx::query_scalar!(
+        r#"SELECT o AS "option!: Json<PaymentOption>"
+             FROM payment_intents, jsonb_array_elements(payment_options) AS o
+            WHERE merchant_id = $1 AND id = $2 AND o->>'id' = $3"#,
+        merchant_id,
+        id,
+        option_id,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(option.map(|o| o.0))
+}
+
+/// Whether an order's option pays it, after [`choose_option`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// The option was chosen now, or before: the intent names its chain, token and amount.
+    Chosen,
+    /// It cannot be: another option was chosen first, or the order left `created` unchosen.
+    Taken {
+        state: IntentState,
+        selected_option: Option<String>,
+    },
+}
+
+/// Chooses `option` to pay the merchant's order `id` (with `payer`, for an authorization), in the
+/// caller's transaction: the intent then names the option's chain, token, base-unit amount and
+/// way to pay. An order is chosen once, while `created`; the row stays locked, so of two racing
+/// choices the second waits here and then finds the first. The one rule of choosing.
+pub async fn choose_option(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    option: &PaymentOption,
+    payer: Option<&Address>,
+) -> Result<Choice, sqlx::Error> {
+    let now = sqlx::query!(
+        r#"SELECT state AS "state: IntentState", selected_option
+             FROM payment_intents WHERE merchant_id = $1 AND id = $2 FOR UPDATE"#,
+        merchant_id,
+        id,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if now.selected_option.as_deref() == Some(option.id.as_str()) {
+        return Ok(Choice::Chosen);
+    }
+    if now.selected_option.is_some() || now.state != IntentState::Created {
+        return Ok(Choice::Taken {
+            state: now.state,
+            selected_option: now.selected_option,
+        });
+    }
+    sqlx::query!(
+        "UPDATE payment_intents
+            SET chain = $3, token = $4, amount = $5::text::numeric, payment_method = $6,
+                deposit_address = $7, payer = $8, selected_option = $9
+          WHERE merchant_id = $1 AND id = $2",
+        merchant_id,
+        id,
+        option.chain,
+        option.token,
+        option.amount,
+        option.payment_method.as_str(),
+        option.deposit_address,
+        payer.map(Address::to_checksum),
+        option.id,
+    )
+    .execute(conn)
+    .await?;
+    Ok(Choice::Chosen)
+}
+
+/// Names `payer` as who pays the merchant's `created` intent `id` by authorization, if it named
+/// none: in the transaction of its confirm, so the payment watch knows whose nonce it is.
+pub async fn name_payer(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    payer: &Address,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "UPDATE payment_intents SET payer = $3
+          WHERE merchant_id = $1 AND id = $2 AND payer IS NULL AND state = 'created'",
+        merchant_id,
+        id,
+        payer.to_checksum(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Every (token, payee) pair an intent on `chain` names: where its payments go.
@@ -420,7 +626,7 @@ pub async fn payees_on(
     chain: &str,
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
     let rows = sqlx::query!(
-        "SELECT DISTINCT token, payee FROM payment_intents WHERE chain = $1",
+        r#"SELECT DISTINCT token AS "token!", payee FROM payment_intents WHERE chain = $1"#,
         chain
     )
     .fetch_all(conn)
@@ -685,8 +891,13 @@ pub async fn count_deposit(
 /// Which intents' time ran out: by the clock for chains without settlement, or on one settled
 /// chain by the timestamp of its newest confirmed block (`docs/settlement.md`, "Expiry").
 pub enum Expiry<'a> {
-    /// `created` intents past `expires_at` now, except on these chains (their follower decides).
-    Clock { settled_chains: &'a [String] },
+    /// `created` intents past `expires_at` now, except on these chains (their follower decides),
+    /// and that nothing observed of them holds off: an order no option was chosen for is on no
+    /// chain yet, and expires so.
+    Clock {
+        settled_chains: &'a [String],
+        holds: &'a ExpiryHolds,
+    },
     /// `created` and `processing` intents on `chain` whose authorization's `validBefore` (expiry
     /// in whole seconds, rounded down) is at or before `block_timestamp`, and that nothing
     /// observed of them holds off.
@@ -707,10 +918,11 @@ pub async fn expire_due(
     batch: i64,
     expiry: &Expiry<'_>,
 ) -> Result<u64, sqlx::Error> {
-    let no_holds = ExpiryHolds::default();
     let (actor, chain, before, excluded, holds) = match *expiry {
-        // Not a settled chain's intent: nothing observed of it.
-        Expiry::Clock { settled_chains } => (Actor::System, None, None, settled_chains, &no_holds),
+        Expiry::Clock {
+            settled_chains,
+            holds,
+        } => (Actor::System, None, None, settled_chains, holds),
         Expiry::ChainTime {
             chain,
             block_timestamp,
@@ -737,7 +949,7 @@ pub async fn expire_due(
                 SELECT merchant_id, id, version FROM payment_intents p
                  WHERE state = $1 AND expires_at < COALESCE($7::timestamptz, now())
                    AND ($8::text IS NULL OR chain = $8)
-                   AND chain <> ALL($9::text[])
+                   AND (chain IS NULL OR chain <> ALL($9::text[]))
                    -- What the ways to pay observed of it holds it off (`ExpiryHolds`).
                    AND NOT EXISTS (SELECT 1 FROM chain_observations o
                                     WHERE o.kind = ANY($11::text[]) AND o.subject = p.id)
@@ -799,12 +1011,15 @@ struct WithMerchant {
     state: IntentState,
     version: i32,
     amount: String,
-    chain: String,
-    token: String,
+    currency: Option<Currency>,
+    chain: Option<String>,
+    token: Option<String>,
     payer: Option<String>,
     merchant: String,
-    payment_method: PaymentMethod,
+    payment_method: Option<PaymentMethod>,
     deposit_address: Option<String>,
+    payment_options: Json<Vec<PaymentOption>>,
+    selected_option: Option<String>,
     expires_at: OffsetDateTime,
     created_at: OffsetDateTime,
     updated_at: OffsetDateTime,
@@ -828,12 +1043,15 @@ impl WithMerchant {
             state: self.state,
             version: self.version,
             amount: self.amount,
+            currency: self.currency,
             chain: self.chain,
             token: self.token,
             payer: self.payer,
             merchant: self.merchant,
             payment_method: self.payment_method,
             deposit_address: self.deposit_address,
+            payment_options: self.payment_options,
+            selected_option: self.selected_option,
             expires_at: self.expires_at,
             created_at: self.created_at,
             updated_at: self.updated_at,

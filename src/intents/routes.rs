@@ -14,9 +14,14 @@ use std::sync::Arc;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
+use sqlx::PgConnection;
+
 use super::{
-    domain::{Address, Amount, Chain, ExpiresIn, IntentId, Metadata, PaymentMethod},
-    repo::{self, Expires, NewIntent, PaidBy, PaymentIntent, TransitionError},
+    domain::{
+        Address, Amount, Chain, Currency, ExpiresIn, IntentId, Metadata, PaymentMethod, Price,
+    },
+    order,
+    repo::{self, Expires, NewIntent, PaidBy, PaymentIntent, Priced, TransitionError},
     state::{Action, Actor, IntentState},
 };
 use crate::{
@@ -26,6 +31,7 @@ use crate::{
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
     idempotency::Tx,
+    merchants,
     rails::evm::deposit,
 };
 
@@ -63,32 +69,45 @@ impl SettledChains {
     }
 }
 
-/// The create request. Unknown fields are rejected: a misspelt `expires_in_secs` must
-/// not silently become the default.
+/// The create request: an amount of a token on a chain, or an order priced in a currency
+/// (`currency` set), which the payer pays with any of the merchant's accepted assets. Unknown
+/// fields are rejected: a misspelt `expires_in_secs` must not silently become the default.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateIntentRequest {
-    /// `evm:<chain id>`, a positive decimal chain id without leading zeros.
-    #[schema(value_type = String, pattern = "^evm:[1-9][0-9]*$", example = "evm:31337")]
-    pub chain: Chain,
-    /// The ERC-20 token contract: `0x` + 40 hex digits; mixed case must be a valid EIP-55 checksum.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x5FbDB2315678afecb367f032d93F642f64180aa3")]
-    pub token: Address,
-    /// How the intent is paid: `authorization` (the default), an EIP-3009 transfer `payer`
-    /// signs, or `deposit_address`, plain transfers of the token to the intent's
-    /// `deposit_address` from anyone.
+    /// `evm:<chain id>`, a positive decimal chain id without leading zeros; required unless
+    /// `currency` is set, and then absent.
     #[serde(default)]
-    pub payment_method: PaymentMethod,
-    /// The paying address: required for `authorization`, absent for `deposit_address`.
+    #[schema(value_type = Option<String>, pattern = "^evm:[1-9][0-9]*$", example = "evm:31337")]
+    pub chain: Option<Chain>,
+    /// The ERC-20 token contract: `0x` + 40 hex digits; mixed case must be a valid EIP-55
+    /// checksum. Required unless `currency` is set, and then absent.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x5FbDB2315678afecb367f032d93F642f64180aa3")]
+    pub token: Option<Address>,
+    /// How the intent is paid: `authorization` (the default), an EIP-3009 transfer its payer
+    /// signs, or `deposit_address`, plain transfers of the token to the intent's
+    /// `deposit_address` from anyone. Absent for an order, whose options say.
+    #[serde(default)]
+    pub payment_method: Option<PaymentMethod>,
+    /// The paying address, for `authorization`: if given, only it can pay; if not, whoever
+    /// signs when confirming. Absent for `deposit_address` and for an order.
     #[serde(default)]
     #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8")]
     pub payer: Option<Address>,
-    /// The payee's address.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")]
-    pub merchant: Address,
-    /// Token base units as a decimal string, 1 ≤ amount < 2^256; a JSON number is rejected.
-    #[schema(value_type = String, pattern = "^[1-9][0-9]{0,77}$", example = "100000000")]
-    pub amount: Amount,
+    /// The payee's address; for an order, the merchant's `payout_address` when absent.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")]
+    pub merchant: Option<Address>,
+    /// A JSON string: token base units, 1 ≤ amount < 2^256; for an order, the price in
+    /// `currency` with at most two fraction digits (`"25.00"`), more than zero.
+    #[schema(value_type = String, pattern = "^([1-9][0-9]{0,77}|(0|[1-9][0-9]{0,12})([.][0-9]{1,2})?)$", example = "100000000")]
+    pub amount: String,
+    /// `usd` or `eur`: makes the intent an order priced in it (`docs/settlement.md`, "Orders and
+    /// options").
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^(usd|eur)$", example = "usd")]
+    pub currency: Option<String>,
     /// Seconds until an unpaid intent expires (canceled with reason `expired`).
     #[serde(default)]
     #[schema(value_type = Option<i64>, minimum = 60, maximum = 86400, default = 900)]
@@ -100,7 +119,7 @@ pub struct CreateIntentRequest {
     pub metadata: Metadata,
 }
 
-/// Create a payment intent.
+/// Create a payment intent, or an order priced in a currency.
 #[utoipa::path(
     post,
     path = "/v1/payment_intents",
@@ -110,6 +129,7 @@ pub struct CreateIntentRequest {
     responses(
         (status = 201, description = "Created", body = PaymentIntent,
          headers(("Location" = String, description = "/v1/payment_intents/{id}"))),
+        (status = 400, description = "`invalid_request`: the message names the field", body = ErrorBody),
     )
 )]
 pub async fn create(
@@ -119,52 +139,14 @@ pub async fn create(
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {
-    let served = settled.iter().find(|c| c.name == request.chain.as_str());
-    if !settled.is_empty() && served.is_none() {
-        let names: Vec<&str> = settled.iter().map(|c| c.name.as_str()).collect();
-        return Err(ApiError::InvalidRequest(format!(
-            "chain: {} is not served here; served: {}",
-            request.chain.as_str(),
-            names.join(", ")
-        )));
-    }
     let id = IntentId::generate();
-    let paid_by = match (request.payment_method, request.payer) {
-        (PaymentMethod::Authorization, Some(payer)) => PaidBy::Authorization { payer },
-        (PaymentMethod::Authorization, None) => {
-            return Err(ApiError::InvalidRequest(
-                "payer: required when payment_method is authorization".to_owned(),
-            ));
-        }
-        (PaymentMethod::DepositAddress, Some(_)) => {
-            return Err(ApiError::InvalidRequest(
-                "payer: must be absent when payment_method is deposit_address: whoever sends to the deposit address pays".to_owned(),
-            ));
-        }
-        (PaymentMethod::DepositAddress, None) => {
-            let factory = served.and_then(|c| c.deposit_factory).ok_or_else(|| {
-                ApiError::InvalidRequest(format!(
-                    "payment_method: deposit_address is not offered on {}",
-                    request.chain.as_str()
-                ))
-            })?;
-            let address = deposit::forwarder_address(
-                factory,
-                request.merchant.into(),
-                request.token.into(),
-                deposit::intent_key(id.as_str()),
-            );
-            PaidBy::DepositAddress {
-                address: address.into(),
-            }
-        }
+    let (priced, payee) = match &request.currency {
+        Some(raw) => order(&mut tx, &merchant, &settled, &id, &request, raw).await?,
+        None => in_token(&settled, &id, &request)?,
     };
     let new = NewIntent {
-        chain: request.chain,
-        token: request.token,
-        paid_by,
-        payee: request.merchant,
-        amount: request.amount,
+        priced,
+        payee,
         expires: Expires::In(request.expires_in_seconds.unwrap_or_default()),
         metadata: request.metadata,
         nonce: None,
@@ -178,6 +160,114 @@ pub async fn create(
         Json(intent),
     )
         .into_response())
+}
+
+fn invalid(field: &str) -> impl Fn(String) -> ApiError + '_ {
+    move |why| ApiError::InvalidRequest(format!("{field}: {why}"))
+}
+
+/// An intent for an amount of a token on a chain, paid one way, and its payee.
+fn in_token(
+    settled: &[ChainEndpoint],
+    id: &IntentId,
+    request: &CreateIntentRequest,
+) -> Result<(Priced, Address), ApiError> {
+    let required =
+        |field: &str| invalid(field)("required (or set currency for an order)".to_owned());
+    let chain = request.chain.clone().ok_or_else(|| required("chain"))?;
+    let token = request.token.ok_or_else(|| required("token"))?;
+    let payee = request.merchant.ok_or_else(|| required("merchant"))?;
+    let amount = Amount::parse(&request.amount).map_err(invalid("amount"))?;
+    let served = settled.iter().find(|c| c.name == chain.as_str());
+    if !settled.is_empty() && served.is_none() {
+        let names: Vec<&str> = settled.iter().map(|c| c.name.as_str()).collect();
+        return Err(ApiError::InvalidRequest(format!(
+            "chain: {} is not served here; served: {}",
+            chain.as_str(),
+            names.join(", ")
+        )));
+    }
+    let paid_by = match (request.payment_method.unwrap_or_default(), request.payer) {
+        (PaymentMethod::Authorization, payer) => PaidBy::Authorization { payer },
+        (PaymentMethod::DepositAddress, Some(_)) => {
+            return Err(ApiError::InvalidRequest(
+                "payer: must be absent when payment_method is deposit_address: whoever sends to the deposit address pays".to_owned(),
+            ));
+        }
+        (PaymentMethod::DepositAddress, None) => {
+            let factory = served.and_then(|c| c.deposit_factory).ok_or_else(|| {
+                ApiError::InvalidRequest(format!(
+                    "payment_method: deposit_address is not offered on {}",
+                    chain.as_str()
+                ))
+            })?;
+            let address = deposit::forwarder_address(
+                factory,
+                payee.into(),
+                token.into(),
+                deposit::intent_key(id.as_str()),
+            );
+            PaidBy::DepositAddress {
+                address: address.into(),
+            }
+        }
+    };
+    let priced = Priced::InToken {
+        chain,
+        token,
+        amount,
+        paid_by,
+    };
+    Ok((priced, payee))
+}
+
+/// An order priced in `currency`, its options made from the merchant's accepted assets, and its
+/// payee (the merchant's payout address unless the request names one).
+async fn order(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    settled: &[ChainEndpoint],
+    id: &IntentId,
+    request: &CreateIntentRequest,
+    currency: &str,
+) -> Result<(Priced, Address), ApiError> {
+    let currency = Currency::parse(currency).map_err(invalid("currency"))?;
+    let chosen_by_payer = [
+        ("chain", request.chain.is_some()),
+        ("token", request.token.is_some()),
+        ("payment_method", request.payment_method.is_some()),
+        ("payer", request.payer.is_some()),
+    ];
+    if let Some((field, _)) = chosen_by_payer.iter().find(|(_, given)| *given) {
+        return Err(invalid(field)(
+            "must be absent for an order priced in a currency: its payment_options say how it can be paid, and the payer chooses".to_owned(),
+        ));
+    }
+    let price = Price::parse(&request.amount, currency).map_err(invalid("amount"))?;
+    let (payout, accepted) = merchants::order_terms(conn, merchant.as_str()).await?;
+    let payee = match (request.merchant, payout) {
+        (Some(payee), _) => payee,
+        (None, Some(payout)) => Address::parse(&payout)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored payout address: {e}")))?,
+        (None, None) => {
+            return Err(invalid("merchant")(
+                "required: no payout_address is set (POST /v1/merchant)".to_owned(),
+            ));
+        }
+    };
+    let options = order::options(id, payee, &price, currency, &accepted, settled);
+    if options.is_empty() {
+        return Err(invalid("currency")(format!(
+            "no accepted asset in {} can be paid here: set accepted_assets (POST /v1/merchant) on a served chain",
+            currency.as_str()
+        )));
+    }
+    let priced = Priced::InCurrency {
+        currency,
+        price,
+        options,
+    };
+    Ok((priced, payee))
 }
 
 /// Retrieve a payment intent.

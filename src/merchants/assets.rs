@@ -4,50 +4,23 @@
 //! needs no chain (`docs/api.md`, "The merchant").
 
 use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
 use utoipa::ToSchema;
 
 use crate::{
+    config::ChainEndpoint,
     error::ApiError,
-    intents::domain::{Address, Chain},
+    intents::domain::{Address, Chain, Currency},
     rails::{
         Chains,
-        evm::token,
+        evm::token::{self, TokenSupport},
         rpc::{ChainError, Node},
+        tokens::{self, ResolveError},
     },
 };
 
 /// At most this many accepted assets: each becomes a payment option of every order.
 pub const MAX_ACCEPTED_ASSETS: usize = 20;
-
-/// A currency an order can be priced in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Currency {
-    Usd,
-    Eur,
-}
-
-impl Currency {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        match raw {
-            "usd" => Ok(Self::Usd),
-            "eur" => Ok(Self::Eur),
-            _ => Err(format!("must be \"usd\" or \"eur\", got {raw:?}")),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Usd => "usd",
-            Self::Eur => "eur",
-        }
-    }
-
-    /// Digits of its minor unit (cents): an amount in it has at most this many fraction digits.
-    pub fn minor_digits(self) -> u8 {
-        2
-    }
-}
 
 /// One accepted asset as the merchant sends it. Unknown fields are rejected.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -75,12 +48,17 @@ pub struct AcceptedAsset {
     pub symbol: Option<String>,
     /// The token's `decimals()`.
     pub decimals: u8,
+    /// It implements EIP-3009, so its orders' option can be paid by the payer's signature; else
+    /// only by deposit address, where the chain has a factory.
+    #[serde(default)]
+    pub supports_authorization: bool,
 }
 
 /// A request's asset, parsed, on a served chain (whose node it keeps), not named twice; no chain
 /// asked yet.
 struct Parsed<'a> {
     chain: Chain,
+    endpoint: &'a ChainEndpoint,
     node: &'a Node,
     token: Address,
     currency: Currency,
@@ -88,8 +66,9 @@ struct Parsed<'a> {
 
 /// The merchant's accepted assets from `requested`, each checked against its chain: a 400 naming
 /// the entry (`accepted_assets[1].token: …`) for one that cannot be accepted, a 503 if a chain did
-/// not answer.
+/// not answer. Whether each token has EIP-3009 is read (and kept, `rails::tokens`) too.
 pub async fn check(
+    conn: &mut PgConnection,
     chains: &Chains,
     requested: Vec<AssetRequest>,
 ) -> Result<Vec<AcceptedAsset>, ApiError> {
@@ -105,7 +84,7 @@ pub async fn check(
     let mut parsed: Vec<Parsed> = Vec::with_capacity(requested.len());
     for (i, asset) in requested.iter().enumerate() {
         let chain = Chain::parse(&asset.chain).map_err(|why| invalid(i, "chain", why))?;
-        let Some((_, node)) = chains.get(chain.as_str()) else {
+        let Some((endpoint, node)) = chains.get(chain.as_str()) else {
             return Err(invalid(
                 i,
                 "chain",
@@ -128,6 +107,7 @@ pub async fn check(
         }
         parsed.push(Parsed {
             chain,
+            endpoint,
             node,
             token,
             currency,
@@ -136,13 +116,16 @@ pub async fn check(
     let mut accepted = Vec::with_capacity(parsed.len());
     for (i, asset) in parsed.into_iter().enumerate() {
         let token_address = asset.token.to_checksum();
+        let unreachable = |why: String| {
+            ApiError::ChainUnavailable(format!(
+                "accepted_assets[{i}]: {} did not answer for the token ({why}); nothing was changed, retry later",
+                asset.chain.as_str()
+            ))
+        };
         let units = token::units(asset.node, asset.token.into())
             .await
             .map_err(|e| match e {
-                ChainError::Unreachable(why) => ApiError::ChainUnavailable(format!(
-                    "accepted_assets[{i}]: {} did not answer for the token ({why}); nothing was changed, retry later",
-                    asset.chain.as_str()
-                )),
+                ChainError::Unreachable(why) => unreachable(why),
                 other => invalid(i, "token", other.to_string()),
             })?
             .ok_or_else(|| {
@@ -170,12 +153,19 @@ pub async fn check(
                 ),
             ));
         }
+        let support = tokens::resolve(conn, asset.endpoint, asset.node, asset.token.into())
+            .await
+            .map_err(|e| match e {
+                ResolveError::Database(e) => e.into(),
+                ResolveError::Chain(e) => unreachable(e.to_string()),
+            })?;
         accepted.push(AcceptedAsset {
             chain: asset.chain.as_str().to_owned(),
             token: token_address,
             currency: asset.currency,
             symbol: units.symbol,
             decimals,
+            supports_authorization: matches!(support, TokenSupport::Eip3009 { .. }),
         });
     }
     Ok(accepted)

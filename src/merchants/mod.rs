@@ -152,7 +152,7 @@ pub async fn update(
         None => None,
     };
     let accepted = match request.accepted_assets {
-        Some(requested) => Some(assets::check(&chains, requested).await?),
+        Some(requested) => Some(assets::check(&mut tx, &chains, requested).await?),
         None => None,
     };
     let row = sqlx::query_as!(
@@ -187,4 +187,22 @@ pub async fn display_name(
             .await?
             .flatten(),
     )
+}
+
+/// What an order of `merchant` is made from: its payout address, if set, and its accepted assets.
+pub async fn order_terms(
+    conn: &mut PgConnection,
+    merchant: &str,
+) -> Result<(Option<String>, Vec<AcceptedAsset>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"SELECT payout_address,
+                  accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>"
+             FROM merchants WHERE id = $1"#,
+        merchant
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row
+        .map(|r| (r.payout_address, r.accepted_assets.0))
+        .unwrap_or_default())
 }

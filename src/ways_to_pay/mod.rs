@@ -147,9 +147,14 @@ pub fn submission_kinds() -> outbox::Kinds {
 /// intents' expiry by the confirmed chain's time, held off by what they observed.
 pub fn chain_watch(settings: &SettlementSettings) -> impl Watch + Clone {
     let expiry = ChainTimeExpiry {
-        holds: Arc::new(Registered::expiry_holds()),
+        holds: Arc::new(expiry_holds()),
     };
     (Registered::watch(settings), expiry)
+}
+
+/// What every way to pay observed that holds an intent off expiring.
+pub fn expiry_holds() -> ExpiryHolds {
+    Registered::expiry_holds()
 }
 
 /// Every way to pay's routes.

@@ -14,6 +14,7 @@ mod lifecycle;
 mod merchants;
 mod network;
 mod operations;
+mod orders;
 mod pool;
 mod refunds;
 mod security;

@@ -47,9 +47,9 @@ async fn accepted_assets_are_read_from_their_chain_and_a_bad_one_changes_nothing
     assert_eq!(
         set["accepted_assets"],
         json!([
-            {"chain": "evm:31337", "token": TOKEN, "currency": "usd", "symbol": "dUSD", "decimals": 6},
-            {"chain": "evm:31337", "token": USDC, "currency": "usd", "symbol": "USDC", "decimals": 6},
-            {"chain": "evm:31337", "token": USDC, "currency": "eur", "symbol": "USDC", "decimals": 6},
+            {"chain": "evm:31337", "token": TOKEN, "currency": "usd", "symbol": "dUSD", "decimals": 6, "supports_authorization": true},
+            {"chain": "evm:31337", "token": USDC, "currency": "usd", "symbol": "USDC", "decimals": 6, "supports_authorization": true},
+            {"chain": "evm:31337", "token": USDC, "currency": "eur", "symbol": "USDC", "decimals": 6, "supports_authorization": true},
         ])
     );
     assert_eq!(settings(&app).await, set);

@@ -1,18 +1,21 @@
-//! Paying an intent by EIP-3009 authorization: which intents may be paid, the document the payer
-//! signs, the confirm that checks the signature and queues the submission in the caller's
-//! transaction, and the submission kind that says when it is no longer wanted. The routes and the
+//! Paying an intent by EIP-3009 authorization: which intents may be paid, by whom and with which
+//! of an order's options, the document the payer signs, the confirm that checks the signature,
+//! chooses the option and queues the submission in the caller's transaction. The routes and the
 //! checkout page call these, so each rule is in one place (`docs/settlement.md`); what any
 //! EIP-3009 authorization shares is `rails::eip3009`.
 
+use serde::Deserialize;
 use sqlx::PgConnection;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     auth::MerchantId,
     error::ApiError,
     intents::payment::KIND,
     intents::{
-        domain::{self, IntentId, PaymentMethod},
-        repo::{self, PaymentIntent, TransitionError},
+        domain::{self, Address, IntentId, PaymentMethod},
+        order::PaymentOption,
+        repo::{self, Choice, PaymentIntent, TransitionError},
         state::{Action, Actor, IntentState},
     },
     rails::{
@@ -20,43 +23,106 @@ use crate::{
         eip3009::{
             Terms, authorization_for, authorizer_proof, queue_authorization, served, valid_before,
         },
-        evm::{authorization::Authorization, token::TokenSupport},
+        evm::authorization::Authorization,
     },
 };
 
-/// The authorization that pays the merchant's intent `raw_id`, if it can be paid now.
+/// Who pays and how, where the intent leaves it open: `GET …/authorization`'s parameters.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct Choose {
+    /// The order's option to pay with (`payment_options[].id`); required for an order, absent
+    /// otherwise.
+    pub option: Option<String>,
+    /// Who signs: required unless the intent names its payer (then it must match).
+    pub payer: Option<String>,
+}
+
+/// A confirm: the payer's signature of the authorization, and what it chose.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PayRequest {
+    /// The order's option the payer signed for; required for an order, absent otherwise.
+    #[serde(default)]
+    #[schema(example = "po_4c1d6e0f9a2b3c4d5e6f7a8b")]
+    pub option: Option<String>,
+    /// Who signed: required unless the intent names its payer (then it must match).
+    #[serde(default)]
+    #[schema(pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub payer: Option<String>,
+    /// `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2).
+    #[schema(pattern = "^0x[0-9a-fA-F]{130}$")]
+    pub signature: String,
+}
+
+impl PayRequest {
+    fn choice(&self) -> Choose {
+        Choose {
+            option: self.option.clone(),
+            payer: self.payer.clone(),
+        }
+    }
+}
+
+/// The authorization that pays the merchant's intent `raw_id` as `choose` says, if it can be
+/// paid now.
 pub async fn authorization(
     conn: &mut PgConnection,
     chains: &Chains,
     merchant: &MerchantId,
     raw_id: &str,
+    choose: &Choose,
 ) -> Result<Authorization, ApiError> {
-    let intent = payable(conn, chains, merchant, raw_id).await?;
-    Ok(authorization_of(conn, chains, &intent).await?.0)
+    let intent = payable(conn, merchant, raw_id).await?;
+    let payment = Payment::of(chains, &intent, choose)?;
+    Ok(authorization_for(conn, chains, &payment.terms(&intent))
+        .await?
+        .0)
 }
 
-/// Confirms the intent with the payer's `signature` of its authorization: `created` →
-/// `processing` and the submission queued, both in `tx`, or nothing. `actor` is who sent it (the
-/// merchant, or the payer through the checkout page).
+/// Confirms the intent with the payer's signature of its authorization: `created` → `processing`,
+/// the order's option chosen and the submission queued, all in `tx`, or nothing. `actor` is who
+/// sent it (the merchant, or the payer through the checkout page).
 pub async fn confirm(
     tx: &mut PgConnection,
     chains: &Chains,
     merchant: &MerchantId,
     raw_id: &str,
-    signature: &str,
+    request: &PayRequest,
     actor: &Actor,
 ) -> Result<PaymentIntent, ApiError> {
-    let intent = payable(tx, chains, merchant, raw_id).await?;
-    let (authorization, token) = authorization_of(tx, chains, &intent).await?;
+    let intent = payable(tx, merchant, raw_id).await?;
+    let payment = Payment::of(chains, &intent, &request.choice())?;
+    let (authorization, token) = authorization_for(tx, chains, &payment.terms(&intent)).await?;
     let proof = authorizer_proof(
         chains,
-        &intent.chain,
+        payment.chain(&intent),
         &authorization,
         &token,
-        signature,
+        &request.signature,
         "payer",
     )
     .await?;
+    match &payment.option {
+        Some(option) => {
+            let choice = repo::choose_option(
+                tx,
+                merchant.as_str(),
+                &intent.id,
+                option,
+                Some(&payment.payer),
+            )
+            .await?;
+            if let Choice::Taken { state, .. } = choice {
+                return Err(not_payable(&intent.id, state, true));
+            }
+        }
+        None if intent.payer.is_none() => {
+            repo::name_payer(tx, merchant.as_str(), &intent.id, &payment.payer).await?;
+        }
+        None => {}
+    }
     let confirmed = repo::apply_paid(
         tx,
         merchant.as_str(),
@@ -66,16 +132,21 @@ pub async fn confirm(
         None,
     )
     .await
-    .map_err(|e| transition_error(&intent.id, e))?;
+    .map_err(|e| match e {
+        // Another confirm moved it meanwhile (it waited on the row lock).
+        TransitionError::Forbidden { from, .. } => {
+            not_payable(&intent.id, from, intent.currency.is_some())
+        }
+        TransitionError::NotFound => ApiError::NotFound(format!("no payment intent {}", intent.id)),
+        TransitionError::Database(e) => e.into(),
+    })?;
     queue_authorization(tx, KIND, &intent.id, &authorization, &proof).await?;
     Ok(confirmed)
 }
 
-/// The intent, if it can be paid by authorization now: it exists, is `created`, and its chain is
-/// settled here.
+/// The merchant's intent `raw_id`, if it can be paid now: it exists and is `created`.
 async fn payable(
     conn: &mut PgConnection,
-    chains: &Chains,
     merchant: &MerchantId,
     raw_id: &str,
 ) -> Result<PaymentIntent, ApiError> {
@@ -84,50 +155,169 @@ async fn payable(
     let intent = repo::find(conn, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
-    if intent.payment_method != PaymentMethod::Authorization {
-        return Err(ApiError::InvalidRequest(format!(
-            "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
-            intent.id
-        )));
-    }
     if intent.state != IntentState::Created {
-        return Err(ApiError::InvalidStateTransition(format!(
-            "payment intent {}: a {} payment intent cannot be paid",
-            intent.id, intent.state
-        )));
+        return Err(not_payable(
+            &intent.id,
+            intent.state,
+            intent.currency.is_some(),
+        ));
     }
-    served(
-        chains,
-        &intent.chain,
-        &format!("payment intent {}", intent.id),
-    )?;
     Ok(intent)
 }
 
-/// The authorization that pays `intent`, under its token's EIP-712 domain, and what the token is.
-async fn authorization_of(
-    conn: &mut PgConnection,
-    chains: &Chains,
-    intent: &PaymentIntent,
-) -> Result<(Authorization, TokenSupport), ApiError> {
-    let terms = Terms {
-        chain: &intent.chain,
-        token: &intent.token,
-        from: intent.payer.as_deref().unwrap_or_default(),
-        to: &intent.merchant,
-        value: &intent.amount,
-        valid_before: valid_before(intent.expires_at),
-        nonce: domain::chain_nonce(&intent.id),
-    };
-    authorization_for(conn, chains, &terms).await
+/// Why an intent in `state` cannot be paid: an order being paid already is a payment in progress.
+fn not_payable(id: &str, state: IntentState, is_order: bool) -> ApiError {
+    if is_order && state == IntentState::Processing {
+        ApiError::PaymentInProgress(format!(
+            "payment intent {id} is being paid by its selected_option; no other payment of it is taken"
+        ))
+    } else {
+        ApiError::InvalidStateTransition(format!(
+            "payment intent {id}: a {state} payment intent cannot be paid"
+        ))
+    }
 }
 
-fn transition_error(id: &str, error: TransitionError) -> ApiError {
-    match error {
-        TransitionError::NotFound => ApiError::NotFound(format!("no payment intent {id}")),
-        e @ TransitionError::Forbidden { .. } => {
-            ApiError::InvalidStateTransition(format!("payment intent {id}: {e}"))
+/// How a `created` intent is paid by authorization: the order's option chosen, if it is one, and
+/// who signs.
+struct Payment {
+    option: Option<PaymentOption>,
+    payer: Address,
+    /// `payer`, EIP-55, as the authorization's terms name it.
+    from: String,
+}
+
+impl Payment {
+    /// What `choose` makes of the intent: 400 naming the field for an option or payer it cannot
+    /// be paid with, 422 if its chain is not settled here.
+    fn of(chains: &Chains, intent: &PaymentIntent, choose: &Choose) -> Result<Self, ApiError> {
+        let invalid =
+            |field: &str, why: String| ApiError::InvalidRequest(format!("{field}: {why}"));
+        let option = match (&choose.option, intent.currency.is_some()) {
+            (None, false) => None,
+            (Some(_), false) => {
+                return Err(invalid(
+                    "option",
+                    format!(
+                        "payment intent {} is priced in token units and has no payment_options",
+                        intent.id
+                    ),
+                ));
+            }
+            (None, true) => {
+                let ids: Vec<&str> = intent
+                    .payment_options
+                    .iter()
+                    .map(|o| o.id.as_str())
+                    .collect();
+                return Err(invalid(
+                    "option",
+                    format!(
+                        "required for an order: one of its payment_options ({})",
+                        ids.join(", ")
+                    ),
+                ));
+            }
+            (Some(raw), true) => {
+                let option = intent
+                    .payment_options
+                    .iter()
+                    .find(|o| PaymentOption::is_id(raw) && o.id == *raw)
+                    .ok_or_else(|| {
+                        invalid(
+                            "option",
+                            format!("payment intent {} has no option {raw:?}", intent.id),
+                        )
+                    })?;
+                if option.payment_method != PaymentMethod::Authorization {
+                    return Err(invalid(
+                        "option",
+                        format!(
+                            "{} is paid by transfers to its deposit_address, not by an authorization",
+                            option.id
+                        ),
+                    ));
+                }
+                Some(option.clone())
+            }
+        };
+        if option.is_none() && intent.payment_method != Some(PaymentMethod::Authorization) {
+            return Err(ApiError::InvalidRequest(format!(
+                "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
+                intent.id
+            )));
         }
-        TransitionError::Database(e) => e.into(),
+        let given = choose
+            .payer
+            .as_deref()
+            .map(|raw| Address::parse(raw).map_err(|why| invalid("payer", why)))
+            .transpose()?;
+        let named = intent
+            .payer
+            .as_deref()
+            .map(|raw| {
+                Address::parse(raw)
+                    .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored payer: {e}")))
+            })
+            .transpose()?;
+        let payer = match (given, named) {
+            (Some(given), Some(named)) if given != named => {
+                return Err(invalid(
+                    "payer",
+                    format!(
+                        "payment intent {} is paid by {named}, not {given}",
+                        intent.id
+                    ),
+                ));
+            }
+            (_, Some(named)) => named,
+            (Some(given), None) => given,
+            (None, None) => {
+                return Err(invalid(
+                    "payer",
+                    "required: the address that signs the authorization".to_owned(),
+                ));
+            }
+        };
+        let payment = Self {
+            option,
+            payer,
+            from: payer.to_checksum(),
+        };
+        served(
+            chains,
+            payment.chain(intent),
+            &format!("payment intent {}", intent.id),
+        )?;
+        Ok(payment)
+    }
+
+    /// The chain it is paid on: the option's, or the intent's.
+    fn chain<'a>(&'a self, intent: &'a PaymentIntent) -> &'a str {
+        match &self.option {
+            Some(option) => &option.chain,
+            None => intent.chain.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// What its authorization moves: the option's (or the intent's) token and base-unit amount,
+    /// from the payer to the merchant, under the intent's nonce, until the intent expires.
+    fn terms<'a>(&'a self, intent: &'a PaymentIntent) -> Terms<'a> {
+        let (token, value) = match &self.option {
+            Some(option) => (option.token.as_str(), option.amount.as_str()),
+            None => (
+                intent.token.as_deref().unwrap_or_default(),
+                intent.amount.as_str(),
+            ),
+        };
+        Terms {
+            chain: self.chain(intent),
+            token,
+            from: &self.from,
+            to: &intent.merchant,
+            value,
+            valid_before: valid_before(intent.expires_at),
+            nonce: domain::chain_nonce(&intent.id),
+        }
     }
 }

@@ -44,9 +44,12 @@ pub async fn queue(
     };
     let deployed = sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM chain_observations
-                           WHERE kind = $2 AND subject = $1 AND applied_at IS NOT NULL) AS "deployed!""#,
+                           WHERE kind = $2 AND subject = $1 AND applied_at IS NOT NULL
+                             AND chain_id = $3 AND payload->>'deposit_address' = $4) AS "deployed!""#,
         sweep.intent_id,
         DepositKind::Swept.as_str(),
+        chain.id as i64,
+        sweep.deposit_address.to_checksum(None),
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -76,7 +79,8 @@ pub async fn queue(
     outbox::queue(tx, &submission).await.map(Some)
 }
 
-/// A sweep is wanted while the ledger says the intent's deposit address holds something.
+/// A sweep is wanted while the ledger says one of the intent's deposit addresses (an order has
+/// one per option) holds something.
 pub struct DepositSweep;
 
 impl SubmissionKind for DepositSweep {
@@ -90,14 +94,18 @@ impl SubmissionKind for DepositSweep {
         subject: &'a str,
     ) -> BoxFuture<'a, Result<Wanted, sqlx::Error>> {
         Box::pin(async move {
-            let address = crate::intents::repo::deposit_address_of(conn, subject).await?;
-            let Some(address) = address else {
+            let addresses = crate::intents::repo::deposit_addresses_of(conn, subject).await?;
+            if addresses.is_empty() {
                 return Ok(Wanted::No("intent_missing".to_owned()));
-            };
+            }
+            let accounts: Vec<String> = addresses
+                .iter()
+                .map(|address| Account::DepositAddress(address).name())
+                .collect();
             let holds = sqlx::query_scalar!(
-                r#"SELECT EXISTS (SELECT 1 FROM ledger_postings WHERE account = $1
-                                   GROUP BY chain, token HAVING sum(amount) > 0) AS "holds!""#,
-                Account::DepositAddress(&address).name(),
+                r#"SELECT EXISTS (SELECT 1 FROM ledger_postings WHERE account = ANY($1::text[])
+                                   GROUP BY account, chain, token HAVING sum(amount) > 0) AS "holds!""#,
+                &accounts,
             )
             .fetch_one(conn)
             .await?;

@@ -58,6 +58,9 @@ pub enum DepositOutcome {
     Swept,
     /// Another token than the intent's: booked and swept, not counted.
     OtherToken,
+    /// At an order's option's address after another option was chosen, or the order left
+    /// `created` unchosen: booked and swept, not counted.
+    OtherOption,
     Succeeded,
     PartiallyPaid,
     Overpaid,
@@ -72,6 +75,7 @@ impl Outcome for DepositOutcome {
         match self {
             Self::Swept => "deposit_swept",
             Self::OtherToken => "deposit_other_token",
+            Self::OtherOption => "deposit_other_option",
             Self::Succeeded => "succeeded",
             Self::PartiallyPaid => "partially_paid",
             Self::Overpaid => "overpaid",
@@ -92,7 +96,11 @@ struct DepositTransfer {
     payee: String,
     /// The token moved, which may be another than the intent's.
     token: String,
+    /// The token the address was made for: the intent's, or its option's.
     intent_token: String,
+    /// The order's option whose address it is.
+    #[serde(default)]
+    option_id: Option<String>,
     from: String,
     to: String,
     value: String,
@@ -202,6 +210,7 @@ impl Watch for DepositWatch {
                 payee: intent.payee.clone(),
                 token: log.address().to_checksum(None),
                 intent_token: intent.token.clone(),
+                option_id: intent.option_id.clone(),
                 from,
                 to,
                 value,
@@ -272,6 +281,12 @@ impl Watch for DepositWatch {
             tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, "another token than the intent's reached its deposit address: booked and swept, not counted");
             return Ok(DepositOutcome::OtherToken);
         }
+        if let Some(option_id) = &transfer.option_id
+            && !chooses(tx, &transfer, option_id).await?
+        {
+            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, option = %option_id, "a deposit reached the address of an order's option after it was paid another way: booked and swept, not counted");
+            return Ok(DepositOutcome::OtherOption);
+        }
         self.count(tx, &transfer, o).await
     }
 }
@@ -304,6 +319,32 @@ pub async fn confirming(
     )
     .fetch_one(conn)
     .await
+}
+
+/// Whether a deposit at the address of the order's option `option_id` pays through it: it is
+/// chosen now (the first deposit at any option's address chooses it) or was before.
+async fn chooses(
+    tx: &mut PgConnection,
+    transfer: &DepositTransfer,
+    option_id: &str,
+) -> Result<bool, WatchError> {
+    let option = repo::option_of(tx, &transfer.merchant_id, &transfer.intent_id, option_id)
+        .await?
+        .ok_or_else(|| {
+            WatchError::unreadable(format!(
+                "payment intent {} has no option {option_id}",
+                transfer.intent_id
+            ))
+        })?;
+    let choice = repo::choose_option(
+        tx,
+        &transfer.merchant_id,
+        &transfer.intent_id,
+        &option,
+        None,
+    )
+    .await?;
+    Ok(choice == repo::Choice::Chosen)
 }
 
 impl DepositWatch {

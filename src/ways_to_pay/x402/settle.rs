@@ -31,7 +31,7 @@ use crate::{
     idempotency::{Phases, Tx, provisional},
     intents::{
         domain::{Address as IntentAddress, Amount, Chain, IntentId, Metadata},
-        repo::{self, Expires, NewIntent, PaidBy, TransitionError},
+        repo::{self, Expires, NewIntent, PaidBy, Priced, TransitionError},
         state::{Action, Actor, FailureReason},
     },
     rails::{Chains, eip3009},
@@ -348,13 +348,15 @@ fn new_intent(checked: &Checked, request: &Request) -> Result<NewIntent, String>
     )];
     pairs.extend(resource.map(|url| ("x402_resource", url)));
     Ok(NewIntent {
-        chain: Chain::parse(&checked.chain)?,
-        token: address(a.token, "asset")?,
-        paid_by: PaidBy::Authorization {
-            payer: address(a.from, "from")?,
+        priced: Priced::InToken {
+            chain: Chain::parse(&checked.chain)?,
+            token: address(a.token, "asset")?,
+            amount: Amount::parse(&a.value.to_string()).map_err(|e| format!("value: {e}"))?,
+            paid_by: PaidBy::Authorization {
+                payer: Some(address(a.from, "from")?),
+            },
         },
         payee: address(a.to, "payTo")?,
-        amount: Amount::parse(&a.value.to_string()).map_err(|e| format!("value: {e}"))?,
         expires: Expires::At(expires_at),
         metadata: Metadata::of_ours(pairs.iter().map(|(k, v)| (*k, v.as_str()))),
         nonce: Some(a.nonce.0),

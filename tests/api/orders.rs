@@ -1,0 +1,573 @@
+//! Orders (`docs/settlement.md`, "Orders and options"): an intent priced in a currency whose
+//! options come from the merchant's accepted assets, paid by the option and the payer a confirm
+//! names, or by the first deposit at an option's address; never twice, however many confirms of
+//! different options race; money at another option's address afterwards booked and swept, not
+//! counted; and bad input a 400 naming the field with nothing written.
+
+use payments_api::rails::evm::deposit::{devnet_factory, forwarder_address, intent_key};
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    Answer, DEMO_TOKEN, TestApp,
+    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, TOKEN, USDC, app_on},
+};
+
+/// The demo merchant paid at `PAYEE`, accepting the devnet token and USDC for usd, USDC for eur.
+async fn accept_assets(app: &TestApp) {
+    let body = json!({
+        "payout_address": PAYEE,
+        "accepted_assets": [
+            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
+            {"chain": "evm:31337", "token": USDC, "currency": "usd"},
+            {"chain": "evm:31337", "token": USDC, "currency": "eur"},
+        ],
+    });
+    let set = app
+        .post_as(
+            DEMO_TOKEN,
+            "/v1/merchant",
+            Some("assets"),
+            &body.to_string(),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let assets = set.json()["accepted_assets"].clone();
+    assert_eq!(assets[0]["supports_authorization"], true, "{assets}");
+    assert_eq!(assets[1]["supports_authorization"], true, "{assets}");
+}
+
+async fn create_order(app: &TestApp, body: Value) -> Value {
+    let created = app.create_intent(DEMO_TOKEN, None, &body.to_string()).await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    created.json()
+}
+
+/// The option of `order` in `token` paid by `method`.
+fn option<'a>(order: &'a Value, token: &str, method: &str) -> &'a Value {
+    order["payment_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["token"] == token && o["payment_method"] == method)
+        .unwrap_or_else(|| panic!("no {method} option in {token}: {order}"))
+}
+
+async fn authorization(app: &TestApp, id: &str, query: &str) -> Answer {
+    app.get_as(
+        DEMO_TOKEN,
+        &format!("/v1/payment_intents/{id}/authorization?{query}"),
+    )
+    .await
+}
+
+async fn confirm(app: &TestApp, id: &str, key: &str, body: Value) -> Answer {
+    app.post_as(
+        DEMO_TOKEN,
+        &format!("/v1/payment_intents/{id}/confirm"),
+        Some(key),
+        &body.to_string(),
+    )
+    .await
+}
+
+/// The payer's signature of `option` of order `id`: the document fetched and signed by cast.
+async fn signed(app: &TestApp, anvil: &Anvil, id: &str, option: &str) -> (Value, String) {
+    let answer = authorization(app, id, &format!("option={option}&payer={PAYER}")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let typed = answer.json()["typed_data"].clone();
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    (typed, signature)
+}
+
+#[tokio::test]
+async fn an_order_offers_each_accepted_asset_each_way_and_the_payers_confirm_chooses_one() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    accept_assets(&app).await;
+
+    let order = create_order(&app, json!({"amount": "25.00", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    assert_eq!(order["amount"], "25.00");
+    assert_eq!(order["currency"], "usd");
+    for unchosen in [
+        "chain",
+        "token",
+        "payer",
+        "payment_method",
+        "selected_option",
+    ] {
+        assert_eq!(order[unchosen], Value::Null, "{unchosen}: {order}");
+    }
+    assert_eq!(order["merchant"], PAYEE, "paid to the payout address");
+    let options = order["payment_options"].as_array().unwrap();
+    assert_eq!(
+        options.len(),
+        4,
+        "two tokens, each by authorization and deposit: {order}"
+    );
+    for token in [TOKEN, USDC] {
+        let signed = option(&order, token, "authorization");
+        let deposit = option(&order, token, "deposit_address");
+        for o in [signed, deposit] {
+            assert_eq!(o["chain"], "evm:31337");
+            assert_eq!(o["decimals"], 6);
+            assert_eq!(o["amount"], "25000000", "25.00 usd in a 6-decimal token");
+            assert!(o["id"].as_str().unwrap().starts_with("po_"));
+        }
+        assert_eq!(signed["deposit_address"], Value::Null);
+        let address = forwarder_address(
+            devnet_factory(),
+            PAYEE.parse().unwrap(),
+            token.parse().unwrap(),
+            intent_key(id),
+        );
+        assert_eq!(deposit["deposit_address"], address.to_string());
+        assert_eq!(
+            anvil.cast(&["code", &address.to_string()]),
+            "0x",
+            "computed, not deployed"
+        );
+    }
+    let eur = create_order(&app, json!({"amount": "9.5", "currency": "eur"})).await;
+    let eur_options = eur["payment_options"].as_array().unwrap();
+    assert_eq!(eur_options.len(), 2, "{eur}");
+    assert!(
+        eur_options
+            .iter()
+            .all(|o| o["token"] == USDC && o["amount"] == "9500000")
+    );
+
+    // An intent priced in token units keeps its shape: no currency, no options.
+    let fixed = create_order(
+        &app,
+        json!({"chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "payer": PAYER, "amount": "1000"}),
+    )
+    .await;
+    assert_eq!(fixed["currency"], Value::Null);
+    assert_eq!(fixed["payment_options"], json!([]));
+    assert_eq!(fixed["amount"], "1000");
+
+    // Options are fixed at creation: accepting other assets later changes no order.
+    let narrowed =
+        json!({"accepted_assets": [{"chain": "evm:31337", "token": USDC, "currency": "eur"}]});
+    let set = app
+        .post_as(
+            DEMO_TOKEN,
+            "/v1/merchant",
+            Some("narrow"),
+            &narrowed.to_string(),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let now = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(now["payment_options"], order["payment_options"]);
+
+    // The payer picks USDC and signs; the confirm names the option and the payer.
+    let usdc = option(&order, USDC, "authorization")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (typed, signature) = signed(&app, &anvil, id, &usdc).await;
+    assert_eq!(
+        typed["domain"]["verifyingContract"]
+            .as_str()
+            .unwrap()
+            .to_lowercase(),
+        USDC.to_lowercase()
+    );
+    assert_eq!(
+        typed["message"]["value"].to_string().trim_matches('"'),
+        "25000000"
+    );
+    assert_eq!(
+        typed["message"]["to"].as_str().unwrap().to_lowercase(),
+        PAYEE.to_lowercase()
+    );
+    let before = anvil.balance_of(USDC, PAYEE);
+    let confirmed = confirm(
+        &app,
+        id,
+        "confirm-usdc",
+        json!({"option": usdc, "payer": PAYER, "signature": signature}),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    let confirmed = confirmed.json();
+    assert_eq!(confirmed["state"], "processing");
+    assert_eq!(confirmed["selected_option"], usdc.as_str());
+    assert_eq!(confirmed["payer"], PAYER);
+    assert_eq!(confirmed["chain"], "evm:31337");
+    assert_eq!(confirmed["token"], USDC);
+    assert_eq!(confirmed["payment_method"], "authorization");
+    assert_eq!(confirmed["amount"], "25.00", "the order's price, as given");
+
+    // Another option cannot pay it now, by confirm or by a document to sign.
+    let token_option = option(&order, TOKEN, "authorization")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other = confirm(
+        &app,
+        id,
+        "confirm-token",
+        json!({"option": token_option, "payer": PAYER, "signature": signature}),
+    )
+    .await;
+    assert_eq!(other.status, 409, "{}", other.body);
+    assert_eq!(other.json()["error"], "payment_in_progress");
+    let document = authorization(&app, id, &format!("option={token_option}&payer={PAYER}")).await;
+    assert_eq!(document.status, 409, "{}", document.body);
+    assert_eq!(document.json()["error"], "payment_in_progress");
+
+    app.wait_for_state(id, "succeeded").await;
+    assert_eq!(anvil.balance_of(USDC, PAYEE) - before, 25_000_000);
+    let object: Value = sqlx::query_scalar(
+        "SELECT object FROM events WHERE subject_id = $1 AND type = 'payment_intent.succeeded'",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        object["selected_option"],
+        usdc.as_str(),
+        "events carry the chosen option"
+    );
+}
+
+#[tokio::test]
+async fn ten_racing_confirms_of_different_options_submit_one_payment() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    accept_assets(&app).await;
+    let order = create_order(&app, json!({"amount": "3.00", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap().to_owned();
+    let mut bodies = Vec::new();
+    for token in [TOKEN, USDC] {
+        let chosen = option(&order, token, "authorization")["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let (_, signature) = signed(&app, &anvil, &id, &chosen).await;
+        bodies.push(json!({"option": chosen, "payer": PAYER, "signature": signature}));
+    }
+    let before = anvil.balance_of(TOKEN, PAYEE) + anvil.balance_of(USDC, PAYEE);
+    let confirms = (0..10).map(|i| {
+        let (address, body, id) = (app.address.clone(), bodies[i % 2].clone(), id.clone());
+        tokio::spawn(async move {
+            let answer = reqwest::Client::new()
+                .post(format!("{address}/v1/payment_intents/{id}/confirm"))
+                .bearer_auth(DEMO_TOKEN)
+                .header("Idempotency-Key", format!("race-{i}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            Answer::of(answer).await
+        })
+    });
+    let answers: Vec<Answer> = futures::future::join_all(confirms)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let won: Vec<&Answer> = answers.iter().filter(|a| a.status == 200).collect();
+    assert_eq!(
+        won.len(),
+        1,
+        "{:?}",
+        answers.iter().map(|a| &a.body).collect::<Vec<_>>()
+    );
+    for lost in answers.iter().filter(|a| a.status != 200) {
+        assert_eq!(lost.status, 409, "{}", lost.body);
+        assert_eq!(lost.json()["error"], "payment_in_progress", "{}", lost.body);
+    }
+    let submissions: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM chain_submissions WHERE subject = $1")
+            .bind(&id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(submissions, 1, "one payment queued");
+    app.wait_for_state(&id, "succeeded").await;
+    let after = anvil.balance_of(TOKEN, PAYEE) + anvil.balance_of(USDC, PAYEE);
+    assert_eq!(after - before, 3_000_000, "paid once, in one token");
+}
+
+#[tokio::test]
+async fn the_first_deposit_at_an_options_address_chooses_it_and_another_options_is_booked_not_counted()
+ {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    accept_assets(&app).await;
+    let order = create_order(&app, json!({"amount": "2.50", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let by_token = option(&order, TOKEN, "deposit_address");
+    let by_usdc = option(&order, USDC, "deposit_address");
+    let token_address = by_token["deposit_address"].as_str().unwrap();
+    let usdc_address = by_usdc["deposit_address"].as_str().unwrap();
+    let before = anvil.balance_of(TOKEN, PAYEE);
+
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        PAYER_KEY,
+        TOKEN,
+        "transfer(address,uint256)",
+        token_address,
+        "2500000",
+    ]);
+    app.wait_for_state(id, "succeeded").await;
+    let paid = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(paid["selected_option"], by_token["id"]);
+    assert_eq!(paid["payment_method"], "deposit_address");
+    assert_eq!(paid["deposit_address"], token_address);
+    assert_eq!(paid["token"], TOKEN);
+    assert_eq!(paid["amount_received"], "2500000");
+
+    // The payer pays again, in USDC, at that option's address: booked and swept, never counted.
+    let merchant_usdc = anvil.balance_of(USDC, PAYEE);
+    anvil.cast(&[
+        "send",
+        "--private-key",
+        PAYER_KEY,
+        USDC,
+        "transfer(address,uint256)",
+        usdc_address,
+        "2500000",
+    ]);
+    app.mine_until(
+        &anvil,
+        "both deposit addresses are swept",
+        &format!(
+            "(SELECT count(*) FROM chain_observations WHERE kind = 'deposit_swept' AND subject = '{id}' AND applied_at IS NOT NULL) = 2"
+        ),
+    )
+    .await;
+    assert_eq!(anvil.balance_of(TOKEN, PAYEE) - before, 2_500_000);
+    assert_eq!(
+        anvil.balance_of(USDC, PAYEE) - merchant_usdc,
+        2_500_000,
+        "swept to the merchant"
+    );
+    assert_eq!(anvil.balance_of(USDC, usdc_address), 0);
+    let now = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(now["amount_received"], "2500000", "not counted: {now}");
+    assert_eq!(now["selected_option"], by_token["id"]);
+    let booked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_postings WHERE account = $1 AND amount > 0",
+    )
+    .bind(format!("deposit:{usdc_address}"))
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(booked, 1, "the second payment is in the ledger");
+}
+
+#[tokio::test]
+async fn bad_orders_and_choices_are_400s_naming_the_field_and_change_nothing() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, false).await;
+    let bad = |body: Value, field: &'static str| (body, field);
+
+    // No payout address and no merchant: nothing to pay to.
+    let answer = app
+        .create_intent(
+            DEMO_TOKEN,
+            None,
+            &json!({"amount": "1.00", "currency": "usd"}).to_string(),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("merchant: required"),
+        "{}",
+        answer.body
+    );
+    // A payee but no accepted asset in the currency.
+    let answer = app
+        .create_intent(
+            DEMO_TOKEN,
+            None,
+            &json!({"amount": "1.00", "currency": "usd", "merchant": PAYEE}).to_string(),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("currency: no accepted asset"),
+        "{}",
+        answer.body
+    );
+
+    accept_assets(&app).await;
+    let intents = app.intent_count().await;
+    let events = app.event_count().await;
+    for (body, field) in [
+        bad(json!({"amount": "1.00", "currency": "gbp"}), "currency"),
+        bad(json!({"amount": "1.001", "currency": "usd"}), "amount"),
+        bad(json!({"amount": "0", "currency": "usd"}), "amount"),
+        bad(json!({"amount": "0.00", "currency": "usd"}), "amount"),
+        bad(json!({"amount": "-1.00", "currency": "usd"}), "amount"),
+        bad(json!({"amount": "1e3", "currency": "usd"}), "amount"),
+        bad(
+            json!({"amount": "1.00", "currency": "usd", "chain": "evm:31337"}),
+            "chain",
+        ),
+        bad(
+            json!({"amount": "1.00", "currency": "usd", "token": TOKEN}),
+            "token",
+        ),
+        bad(
+            json!({"amount": "1.00", "currency": "usd", "payer": PAYER}),
+            "payer",
+        ),
+        bad(
+            json!({"amount": "1.00", "currency": "usd", "payment_method": "deposit_address"}),
+            "payment_method",
+        ),
+        bad(
+            json!({"amount": "1.00", "token": TOKEN, "merchant": PAYEE}),
+            "chain",
+        ),
+        bad(
+            json!({"amount": "1.00", "chain": "evm:31337", "token": TOKEN, "merchant": PAYEE}),
+            "amount",
+        ),
+    ] {
+        let answer = app.create_intent(DEMO_TOKEN, None, &body.to_string()).await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.body);
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.starts_with(&format!("{field}:")), "{body}: {detail}");
+    }
+    assert_eq!(app.intent_count().await, intents, "nothing written");
+    assert_eq!(app.event_count().await, events);
+
+    let order = create_order(&app, json!({"amount": "1.00", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let other = create_order(&app, json!({"amount": "1.00", "currency": "usd"})).await;
+    let chosen = option(&order, TOKEN, "authorization")["id"]
+        .as_str()
+        .unwrap();
+    let (_, signature) = signed(&app, &anvil, id, chosen).await;
+    let foreign = option(&other, TOKEN, "authorization")["id"]
+        .as_str()
+        .unwrap();
+    let deposit = option(&order, TOKEN, "deposit_address")["id"]
+        .as_str()
+        .unwrap();
+    for (body, field) in [
+        bad(json!({"payer": PAYER, "signature": signature}), "option"),
+        bad(
+            json!({"option": foreign, "payer": PAYER, "signature": signature}),
+            "option",
+        ),
+        bad(
+            json!({"option": "po_nope", "payer": PAYER, "signature": signature}),
+            "option",
+        ),
+        bad(
+            json!({"option": deposit, "payer": PAYER, "signature": signature}),
+            "option",
+        ),
+        bad(json!({"option": chosen, "signature": signature}), "payer"),
+        bad(
+            json!({"option": chosen, "payer": "0x12", "signature": signature}),
+            "payer",
+        ),
+        // Signed by the payer, claimed as another's: not that address's signature.
+        bad(
+            json!({"option": chosen, "payer": PAYEE, "signature": signature}),
+            "signature",
+        ),
+    ] {
+        let answer = confirm(&app, id, &format!("bad-{body}"), body.clone()).await;
+        assert_eq!(answer.status, 400, "{body}: {}", answer.body);
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.starts_with(&format!("{field}:")), "{body}: {detail}");
+    }
+    let still = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(still["state"], "created");
+    assert_eq!(still["selected_option"], Value::Null);
+    assert_eq!(still["payer"], Value::Null);
+    let missing = authorization(&app, id, &format!("payer={PAYER}")).await;
+    assert_eq!(missing.status, 400, "{}", missing.body);
+    assert!(
+        missing.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("option: required")
+    );
+}
+
+#[tokio::test]
+async fn an_authorization_intent_without_a_payer_is_bound_to_whoever_confirms() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let body = json!({"chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "amount": "1000"});
+    let open = create_order(&app, body.clone()).await;
+    let id = open["id"].as_str().unwrap();
+    assert_eq!(open["payer"], Value::Null);
+    let missing = authorization(&app, id, "").await;
+    assert_eq!(missing.status, 400, "{}", missing.body);
+    assert!(
+        missing.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("payer: required")
+    );
+    let option = authorization(&app, id, "option=po_4c1d6e0f9a2b3c4d5e6f7a8b").await;
+    assert_eq!(option.status, 400, "{}", option.body);
+    assert!(
+        option.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("option:")
+    );
+
+    let answer = authorization(&app, id, &format!("payer={PAYER}")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let signature = anvil.sign(PAYER_KEY, &answer.json()["typed_data"]);
+    let confirmed = confirm(
+        &app,
+        id,
+        "bind",
+        json!({"payer": PAYER, "signature": signature}),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["payer"], PAYER);
+    app.wait_for_state(id, "succeeded").await;
+
+    // A payer named at creation must be the one that confirms.
+    let named = create_order(
+        &app,
+        json!({"chain": "evm:31337", "token": TOKEN, "merchant": PAYEE, "payer": PAYER, "amount": "1000"}),
+    )
+    .await;
+    let named_id = named["id"].as_str().unwrap();
+    let typed = app.typed_data(named_id).await;
+    let theirs = anvil.sign(PAYEE_KEY, &typed);
+    let mismatch = confirm(
+        &app,
+        named_id,
+        "mismatch",
+        json!({"payer": PAYEE, "signature": theirs}),
+    )
+    .await;
+    assert_eq!(mismatch.status, 400, "{}", mismatch.body);
+    assert!(
+        mismatch.json()["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("payer:"),
+        "{}",
+        mismatch.body
+    );
+    assert_eq!(app.state_of(named_id).await, "created");
+}
