@@ -31,7 +31,7 @@ pub struct CheckoutView {
     /// An order's currency.
     pub currency: Option<Currency>,
     /// An order's ways to be paid; the page lets the payer pick one.
-    pub payment_options: Vec<PaymentOption>,
+    pub payment_options: Vec<CheckoutOption>,
     /// The option paying the order, once chosen: the page shows it alone.
     pub selected_option: Option<String>,
     /// The amount in the token's units (`100.00`), when the token says its decimals.
@@ -76,6 +76,57 @@ pub struct CheckoutView {
     pub amount_refunded: String,
 }
 
+/// An order's option as its page shows it: its chain's id, its amount in the token's units and,
+/// for a deposit option of an order still open and unchosen, what a wallet scans to pay it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CheckoutOption {
+    #[serde(flatten)]
+    pub option: PaymentOption,
+    pub chain_id: u64,
+    /// `amount` in the token's units (`25.00`).
+    pub amount_display: String,
+    /// An EIP-681 `transfer` of `amount` of the token to `deposit_address`.
+    pub payment_uri: Option<String>,
+    /// `payment_uri` as a QR code, an SVG document.
+    pub payment_qr_svg: Option<String>,
+}
+
+impl CheckoutOption {
+    fn of(option: PaymentOption) -> Self {
+        Self {
+            chain_id: chain_id(&option.chain),
+            amount_display: in_units(&option.amount, option.decimals),
+            payment_uri: None,
+            payment_qr_svg: None,
+            option,
+        }
+    }
+
+    /// Fills in the payment request of a deposit option.
+    fn with_payment_request(mut self) -> Self {
+        let option = &self.option;
+        let request = (
+            option.token.parse(),
+            option.deposit_address.as_deref().map(str::parse),
+            option.amount.parse::<U256>(),
+        );
+        if let (Ok(token), Some(Ok(to)), Ok(amount)) = request {
+            let uri = deposit::payment_uri(token, self.chain_id, to, amount);
+            self.payment_qr_svg = qr_svg(&uri);
+            self.payment_uri = Some(uri);
+        }
+        self
+    }
+}
+
+/// The id of `evm:<id>`; 0 for what is no such name.
+fn chain_id(chain: &str) -> u64 {
+    chain
+        .strip_prefix("evm:")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The intent `id` as its page shows it, with its merchant's name and its token's units as read
 /// with the token's domain, and whether the token was read at all (`false`: read it, then ask
 /// again). Each read through its table's owner: the intents, the merchants, the token readings.
@@ -89,12 +140,7 @@ pub async fn find(
     let merchant_name = merchants::display_name(conn, &merchant_id)
         .await?
         .unwrap_or(merchant_id);
-    let chain_id = intent
-        .chain
-        .as_deref()
-        .and_then(|chain| chain.strip_prefix("evm:"))
-        .and_then(|id| id.parse().ok())
-        .unwrap_or(0);
+    let chain_id = intent.chain.as_deref().map(chain_id).unwrap_or(0);
     let selected = intent
         .payment_options
         .iter()
@@ -129,7 +175,12 @@ pub async fn find(
         version: intent.version,
         amount,
         currency: intent.currency,
-        payment_options: intent.payment_options.0,
+        payment_options: intent
+            .payment_options
+            .0
+            .into_iter()
+            .map(CheckoutOption::of)
+            .collect(),
         selected_option: intent.selected_option,
         chain: intent.chain,
         token: intent.token,
@@ -162,6 +213,12 @@ impl CheckoutView {
         conn: &mut PgConnection,
         required: u64,
     ) -> Result<Self, sqlx::Error> {
+        if self.state == IntentState::Created && self.selected_option.is_none() {
+            self.payment_options = std::mem::take(&mut self.payment_options)
+                .into_iter()
+                .map(CheckoutOption::with_payment_request)
+                .collect();
+        }
         let (Some(address), Some(token)) = (self.deposit_address.clone(), self.token.clone())
         else {
             return Ok(self);

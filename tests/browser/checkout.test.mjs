@@ -415,6 +415,72 @@ test("a deposit intent shows its address, the exact amount and a QR code, and fo
   }
 });
 
+test("an order lists its options; the payer picks one, pays from the connected account, then sees that option alone", async () => {
+  // Its own server, with the chain's deposit factory, so the order also offers deposit addresses.
+  const orders = await startApi("checkout_orders", chain, {
+    DEPOSIT_FACTORIES: "evm:31337=0x0116686E2291dbd5e317F47faDBFb43B599786Ef",
+  });
+  try {
+    const accepted = await orders.merchant("POST", "/v1/merchant", {
+      display_name: "Kaffa Coffee Roasters",
+      payout_address: MERCHANT,
+      accepted_assets: [
+        { chain: "evm:31337", token: DEVNET_USD, currency: "usd" },
+        { chain: "evm:31337", token: USDC, currency: "usd" },
+      ],
+    }, "accept");
+    assert.equal(accepted.status, 200, JSON.stringify(accepted.body));
+    const created = await orders.merchant("POST", "/v1/payment_intents", { amount: "12.50", currency: "usd" });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const order = created.body;
+    const pick = (token, method) => order.payment_options.find((o) => o.token === token && o.payment_method === method);
+    const before = balanceOf(USDC, MERCHANT);
+    const { page, wallet, context } = await walletPage();
+    await page.goto(order.checkout_url);
+    await until("the price", async () => (await page.locator("#amount").textContent()) === "12.50");
+    assert.equal(await page.locator("#symbol").textContent(), "USD");
+    const radios = page.getByRole("radio");
+    await until("four options", async () => (await radios.count()) === 4);
+    assert.equal(await page.getByRole("button", { name: "Connect wallet" }).isHidden(), true, "nothing to pay before a pick");
+    await accessible(page, "an order's options (en)");
+    await shot(page, "order-options");
+
+    // Sending from an exchange: the option's own address and its EIP-681 code.
+    const byTransfer = pick(USDC, "deposit_address");
+    await page.getByRole("radio", { name: /12\.50 USDC .*send to an address/ }).check();
+    await page.locator("#deposit-address", { hasText: byTransfer.deposit_address }).waitFor();
+    await until("the QR code drawn", () => page.locator("#qr").evaluate((img) => img.complete && img.naturalWidth > 0));
+    assert.equal(
+      await page.locator("#qr").getAttribute("alt"),
+      `ethereum:${USDC}@31337/transfer?address=${byTransfer.deposit_address}&uint256=12500000`,
+    );
+    await accessible(page, "an order's deposit option (en)");
+    await shot(page, "order-deposit-option");
+
+    // Signing in the wallet: the connected account is the payer, bound when it confirms.
+    const bySignature = pick(USDC, "authorization");
+    await page.getByRole("radio", { name: /12\.50 USDC .*sign in your wallet/ }).check();
+    await page.getByRole("button", { name: "Connect wallet" }).click();
+    const pay = page.getByRole("button", { name: "Pay 12.50 USDC" });
+    await until("Pay enabled", () => pay.isEnabled());
+    assert.deepEqual(wallet.switched, ["0x7a69"], "the wallet was switched to the option's chain");
+    await shot(page, "order-connected");
+    await pay.click();
+    await until("succeeded", async () => /Paid\. Transaction 0x[0-9a-f]{64}/.test(await status(page).textContent()));
+    assert.equal(await page.locator("#options").isHidden(), true, "the chosen option alone");
+    assert.equal(await page.locator("#symbol").textContent(), "USDC");
+    assert.equal(balanceOf(USDC, MERCHANT) - before, 12500000n);
+    const { body } = await orders.merchant("GET", `/v1/payment_intents/${order.id}`);
+    assert.equal(body.selected_option, bySignature.id);
+    assert.equal(body.payer, PAYER);
+    await accessible(page, "a paid order (en)");
+    await shot(page, "order-paid");
+    await context.close();
+  } finally {
+    orders.stop();
+  }
+});
+
 test("while the intent loads, the page says so instead of showing empty values", async () => {
   const intent = await createIntent();
   const { page, context } = await walletPage();

@@ -3,7 +3,9 @@
 // (or window.ethereum), asks it to sign the intent's EIP-712 document and confirms the signature,
 // retrying with the same Idempotency-Key until it has an answer; then it follows the intent live.
 // A deposit intent is paid by a plain transfer instead: the page shows its address, the exact
-// amount and an EIP-681 QR code, and what arrived and how many confirmations it has.
+// amount and an EIP-681 QR code, and what arrived and how many confirmations it has. An order
+// lists its options (network, token, amount, way to pay): the payer picks one, and the page then
+// pays it as it pays an intent made that way; once the server chose an option, only it is shown.
 "use strict";
 
 const STRINGS = {
@@ -51,6 +53,9 @@ const STRINGS = {
     deposit_partial: "Received {received} of {amount}. Send the remaining {due} to the same address.",
     deposit_confirming: "{amount} seen on chain: {confirmations} of {required} confirmations.",
     deposit_overpaid: "Paid, with {overpaid} more than asked. Transaction {hash}",
+    choose: "Choose how to pay",
+    by_signature: "sign in your wallet",
+    by_transfer: "send to an address",
     reasons: {
       authorization_expired: "the authorization expired",
       nonce_used_otherwise: "the authorization was used for another transfer",
@@ -104,6 +109,9 @@ const STRINGS = {
     deposit_partial: "已收到 {received}，共 {amount}。請將其餘的 {due} 轉到同一個地址。",
     deposit_confirming: "鏈上已看到 {amount}：已確認 {confirmations}／{required}。",
     deposit_overpaid: "已付款，比要求多了 {overpaid}。交易 {hash}",
+    choose: "選擇付款方式",
+    by_signature: "以錢包簽署",
+    by_transfer: "轉帳到地址",
     reasons: {
       authorization_expired: "授權已過期",
       nonce_used_otherwise: "授權已被用於另一筆轉帳",
@@ -130,6 +138,8 @@ let wallet = null;
 let account = null;
 let note = null; // [key, values] of the note under the buttons
 let statusOverride = null; // [key, values] shown instead of the intent's state, until it changes
+let choice = null; // the order's option the payer picked here, until the server chose one
+let optionsShown = ""; // what the option list was last built for
 
 function pickLanguage() {
   const chosen = localStorage.getItem("checkout.lang");
@@ -151,27 +161,50 @@ function short(address) {
 }
 
 function amountText() {
-  return view ? units(view.amount) : "";
+  const p = paying();
+  return p ? units(p.amount) : "";
+}
+
+// An order whose option the server has not chosen yet: the payer picks one here.
+function unchosenOrder() {
+  return Boolean(view && view.currency && !view.selected_option);
+}
+
+// What is being paid: the intent itself, or the option of an order the payer picked on this page,
+// as an intent made that way would read (the server chooses it only when it is paid).
+function paying() {
+  if (!unchosenOrder()) return view;
+  const option = view.payment_options.find((o) => o.id === choice);
+  if (!option) return view;
+  return {
+    ...view, chain: option.chain, chain_id: option.chain_id, token: option.token, amount: option.amount,
+    symbol: option.symbol, decimals: option.decimals, amount_display: option.amount_display,
+    payment_method: option.payment_method, deposit_address: option.deposit_address,
+    payment_uri: option.payment_uri, payment_qr_svg: option.payment_qr_svg,
+    amount_received: "0", amount_confirming: "0", confirmations: null,
+  };
 }
 
 // Base units in the token's units, with its symbol, when the token says its decimals.
 function units(baseUnits) {
-  if (!view) return "";
-  if (view.decimals == null) return `${baseUnits} (base units)`;
-  const digits = String(baseUnits).padStart(view.decimals + 1, "0");
-  const whole = digits.slice(0, digits.length - view.decimals);
-  let fraction = digits.slice(digits.length - view.decimals).replace(/0+$/, "");
-  fraction = fraction.padEnd(Math.min(2, view.decimals), "0");
-  return `${fraction ? `${whole}.${fraction}` : whole} ${view.symbol ?? ""}`.trim();
+  const p = paying();
+  if (!p) return "";
+  if (p.decimals == null) return `${baseUnits} (base units)`;
+  const digits = String(baseUnits).padStart(p.decimals + 1, "0");
+  const whole = digits.slice(0, digits.length - p.decimals);
+  let fraction = digits.slice(digits.length - p.decimals).replace(/0+$/, "");
+  fraction = fraction.padEnd(Math.min(2, p.decimals), "0");
+  return `${fraction ? `${whole}.${fraction}` : whole} ${p.symbol ?? ""}`.trim();
 }
 
 function byDeposit() {
-  return view && view.payment_method === "deposit_address";
+  return paying()?.payment_method === "deposit_address";
 }
 
 function due() {
-  if (!view) return "0";
-  const left = BigInt(view.amount) - BigInt(view.amount_received);
+  const p = paying();
+  if (!p || p.decimals == null) return "0";
+  const left = BigInt(p.amount) - BigInt(p.amount_received);
   return left > 0n ? left.toString() : "0";
 }
 
@@ -186,20 +219,24 @@ function render() {
   for (const button of document.querySelectorAll("[data-lang]")) {
     button.setAttribute("aria-pressed", String(button.dataset.lang === lang));
   }
+  const p = paying();
   if (view) {
+    const priced = unchosenOrder() && p === view;
     $("merchant").textContent = view.merchant_name;
-    $("amount").textContent = view.amount_display ?? view.amount;
-    $("symbol").textContent = view.amount_display ? view.symbol ?? "" : "";
-    $("chain").textContent = chainName(view.chain_id);
+    $("amount").textContent = p.amount_display ?? p.amount;
+    $("symbol").textContent = priced ? view.currency.toUpperCase() : p.amount_display ? p.symbol ?? "" : "";
+    $("chain").textContent = p.chain_id ? chainName(p.chain_id) : "—";
     $("recipient").textContent = short(view.merchant);
     $("recipient").title = view.merchant;
-    $("payer").textContent = short(view.payer);
-    $("payer").title = view.payer ?? "";
-    $("payer-row").hidden = byDeposit();
+    $("payer").textContent = short(view.payer ?? account);
+    $("payer").title = view.payer ?? account ?? "";
+    $("payer-row").hidden = byDeposit() || !(view.payer ?? account);
     $("foot").textContent = t(byDeposit() ? "deposit_secure" : "secure");
   }
+  renderOptions();
   renderDeposit();
-  const payable = view && view.state === "created" && !expired() && !byDeposit();
+  const picked = !unchosenOrder() || p !== view;
+  const payable = view && view.state === "created" && !expired() && !byDeposit() && picked;
   $("connect").hidden = Boolean(account) || !payable;
   $("connect").disabled = !payable;
   $("pay").hidden = !account || !payable;
@@ -210,29 +247,65 @@ function render() {
   renderCountdown();
 }
 
+// An order's options, while the payer may pick one: a radio group, rebuilt only when what it shows
+// changes (so focus stays where the payer left it).
+function renderOptions() {
+  const open = unchosenOrder() && view.state === "created" && !expired();
+  $("options").hidden = !open;
+  if (!open) return;
+  const key = `${lang}|${view.payment_options.map((o) => o.id).join(",")}`;
+  if (key !== optionsShown) {
+    optionsShown = key;
+    $("options-title").textContent = t("choose");
+    $("option-list").replaceChildren(...view.payment_options.map((option) => {
+      const label = document.createElement("label");
+      label.className = "option";
+      const input = document.createElement("input");
+      input.type = "radio";
+      input.name = "option";
+      input.value = option.id;
+      input.addEventListener("change", () => {
+        choice = option.id;
+        note = null;
+        render();
+      });
+      const amount = document.createElement("span");
+      amount.className = "option-amount";
+      amount.textContent = `${option.amount_display} ${option.symbol ?? ""}`.trim();
+      const how = document.createElement("span");
+      how.className = "option-how";
+      how.textContent = `${chainName(option.chain_id)} · ${t(option.payment_method === "deposit_address" ? "by_transfer" : "by_signature")}`;
+      label.append(input, amount, how);
+      return label;
+    }));
+  }
+  for (const input of document.querySelectorAll('input[name="option"]')) input.checked = input.value === choice;
+}
+
 // A deposit intent's address, QR code and the amount still due, while it can be paid.
 function renderDeposit() {
-  const open = byDeposit() && view.state === "created" && !expired();
+  const p = paying();
+  const open = byDeposit() && p.state === "created" && !expired();
   $("deposit").hidden = !open;
   if (!open) return;
   // Two halves that each stay whole: on a narrow screen the address breaks in its middle,
   // never before its last character; selected or copied, it is one string.
-  const halves = [view.deposit_address.slice(0, 22), view.deposit_address.slice(22)];
-  if ($("deposit-address").textContent !== view.deposit_address) {
+  const halves = [p.deposit_address.slice(0, 22), p.deposit_address.slice(22)];
+  if ($("deposit-address").textContent !== p.deposit_address) {
     $("deposit-address").replaceChildren(...halves.map((half) => {
       const span = document.createElement("span");
       span.textContent = half;
       return span;
     }));
   }
-  $("deposit-hint").textContent = t("deposit_hint", { amount: units(due()), chain: chainName(view.chain_id) });
-  $("qr").alt = view.payment_uri ?? "";
-  if (view.payment_qr_svg) {
-    const source = `data:image/svg+xml;base64,${btoa(view.payment_qr_svg)}`;
+  $("deposit-hint").textContent = t("deposit_hint", { amount: units(due()), chain: chainName(p.chain_id) });
+  $("qr").alt = p.payment_uri ?? "";
+  if (p.payment_qr_svg) {
+    const source = `data:image/svg+xml;base64,${btoa(p.payment_qr_svg)}`;
     if ($("qr").src !== source) $("qr").src = source;
   }
-  $("progress").textContent = view.confirmations != null
-    ? t("deposit_confirming", { amount: units(view.amount_confirming), confirmations: view.confirmations, required: view.confirmations_required })
+  $("progress").textContent = p.confirmations != null
+    ? t("deposit_confirming", { amount: units(p.amount_confirming), confirmations: p.confirmations, required: p.confirmations_required })
     : "";
 }
 
@@ -248,13 +321,14 @@ function renderStatus() {
     return;
   }
   const state = stateName();
+  const p = paying();
   const refunded = BigInt(view.amount_refunded ?? "0");
-  if (byDeposit() && state === "succeeded" && BigInt(view.amount_received) > BigInt(view.amount)) {
-    const overpaid = (BigInt(view.amount_received) - BigInt(view.amount)).toString();
+  if (byDeposit() && state === "succeeded" && BigInt(p.amount_received) > BigInt(p.amount)) {
+    const overpaid = (BigInt(p.amount_received) - BigInt(p.amount)).toString();
     status.textContent = t("deposit_overpaid", { overpaid: units(overpaid), hash: view.transaction_hash });
   } else if (byDeposit() && state === "created") {
-    status.textContent = BigInt(view.amount_received) > 0n
-      ? t("deposit_partial", { received: units(view.amount_received), amount: units(view.amount), due: units(due()) })
+    status.textContent = BigInt(p.amount_received) > 0n
+      ? t("deposit_partial", { received: units(p.amount_received), amount: units(p.amount), due: units(due()) })
       : t("deposit_waiting");
   } else if (state === "succeeded" && refunded > 0n) {
     // What was paid stays paid; what came back is said, so "Paid" never hides a refund.
@@ -375,13 +449,15 @@ async function findWallet() {
   return window.ethereum ?? null;
 }
 
+// Any account may pay an intent that names no payer (an order, or one left open): it is bound to
+// the one that confirms.
 function rightAccount() {
-  return account && view && view.payer && account.toLowerCase() === view.payer.toLowerCase();
+  return Boolean(account && view && (!view.payer || account.toLowerCase() === view.payer.toLowerCase()));
 }
 
 async function copyAddress() {
   try {
-    await navigator.clipboard.writeText(view.deposit_address);
+    await navigator.clipboard.writeText(paying().deposit_address);
     $("copy").textContent = t("copied");
     setTimeout(() => { $("copy").textContent = t("copy"); }, 2000);
   } catch {
@@ -414,16 +490,16 @@ async function connect() {
     note = error?.code === 4001
       ? ["connect_rejected", {}]
       : error?.switching
-        ? ["wrong_chain", { chain: chainName(view.chain_id) }]
+        ? ["wrong_chain", { chain: chainName(paying().chain_id) }]
         : ["connect_failed", { detail: error?.message ?? String(error) }];
   } finally {
     render();
   }
 }
 
-// Puts the wallet on the intent's chain (EIP-3326), which it must sign for.
+// Puts the wallet on the chain of what is paid (EIP-3326), which it must sign for.
 async function onChain() {
-  const wanted = `0x${view.chain_id.toString(16)}`;
+  const wanted = `0x${paying().chain_id.toString(16)}`;
   const current = await wallet.request({ method: "eth_chainId" });
   if (String(current).toLowerCase() === wanted) return;
   try {
@@ -439,9 +515,11 @@ async function pay() {
   statusOverride = ["paying", {}];
   render();
   let signature;
+  let chosen;
   try {
     await onChain();
-    const answer = await api("/authorization");
+    chosen = choosing();
+    const answer = await api(`/authorization?${new URLSearchParams(chosen)}`);
     if (!answer.ok) throw Object.assign(new Error("authorization"), { answer: await answer.json() });
     const { typed_data } = await answer.json();
     signature = await wallet.request({
@@ -449,7 +527,7 @@ async function pay() {
       params: [account, JSON.stringify(typed_data)],
     });
   } catch (error) {
-    if (error?.answer?.error === "invalid_state_transition") {
+    if (["invalid_state_transition", "payment_in_progress"].includes(error?.answer?.error)) {
       // Paid from elsewhere meanwhile (another tab): show what is true.
       statusOverride = null;
       await load();
@@ -463,12 +541,21 @@ async function pay() {
   }
   statusOverride = ["sending", {}];
   render();
-  await confirm(signature);
+  await confirm(signature, chosen);
+}
+
+// What a payment leaves to the payer, as the authorization and the confirm take it: the order's
+// option picked here, and the connected account where the intent names no payer.
+function choosing() {
+  const chosen = {};
+  if (unchosenOrder()) chosen.option = choice;
+  if (!view.payer) chosen.payer = account;
+  return chosen;
 }
 
 // POSTs the signature, retried with the same Idempotency-Key (one per signature) until the server
 // gives a final answer: a timeout, a lost connection or a 503 says nothing about the outcome.
-async function confirm(signature) {
+async function confirm(signature, chosen) {
   const key = `checkout-${signature.slice(2, 42)}`;
   for (let attempt = 0; attempt < 30; attempt++) {
     let answer = null;
@@ -478,7 +565,7 @@ async function confirm(signature) {
       answer = await api("/confirm", {
         method: "POST",
         headers: { "Content-Type": "application/json", "Idempotency-Key": key },
-        body: JSON.stringify({ signature }),
+        body: JSON.stringify({ ...chosen, signature }),
         signal: abort.signal,
       });
     } catch {
