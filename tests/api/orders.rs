@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     Answer, DEMO_TOKEN, TestApp,
-    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, TOKEN, USDC, app_on},
+    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, TOKEN, USDC, app_on, app_on_chains},
 };
 
 /// The demo merchant paid at `PAYEE`, accepting the devnet token and USDC for usd, USDC for eur.
@@ -570,4 +570,245 @@ async fn an_authorization_intent_without_a_payer_is_bound_to_whoever_confirms() 
         mismatch.body
     );
     assert_eq!(app.state_of(named_id).await, "created");
+}
+
+/// `payments-api reconcile --chain <which>` with `chains` served: exit status and output.
+fn reconcile_on(app: &TestApp, chains: &[&Anvil], which: &Anvil) -> (bool, String) {
+    let served: Vec<String> = chains
+        .iter()
+        .map(|c| format!("{}={}", c.name(), c.url))
+        .collect();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .args(["reconcile", "--chain", &which.name()])
+        .env("CHAINS", served.join(","))
+        .env("CHAIN_CONFIRMATIONS", "1")
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+/// Waits until the app followed `chain` up to its head.
+async fn followed(app: &TestApp, chain: &Anvil) {
+    let head = chain.block_number().await;
+    app.wait_until(
+        &format!("{} followed to block {head}", chain.name()),
+        &format!(
+            "(SELECT block_number FROM chain_cursors WHERE chain_id = {}) >= {head}",
+            chain.chain_id
+        ),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_booked_not_counted()
+{
+    let first = Anvil::start().await;
+    let second = Anvil::start_as(31338, &[]).await;
+    let chains = [&first, &second];
+    let app = app_on_chains(&chains, 1, true).await;
+    let body = json!({
+        "payout_address": PAYEE,
+        "accepted_assets": [
+            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
+            {"chain": "evm:31338", "token": USDC, "currency": "usd"},
+        ],
+    });
+    let set = app
+        .post_as(
+            DEMO_TOKEN,
+            "/v1/merchant",
+            Some("two-chains"),
+            &body.to_string(),
+        )
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let order = create_order(&app, json!({"amount": "4.00", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let on_second = order["payment_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["chain"] == "evm:31338" && o["payment_method"] == "authorization")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let on_first = order["payment_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["chain"] == "evm:31337" && o["payment_method"] == "deposit_address")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        order["payment_options"].as_array().unwrap().len(),
+        4,
+        "{order}"
+    );
+
+    // Paid on the second chain: the document is that chain's, the money moves there only.
+    let (typed, signature) = signed(&app, &second, id, &on_second).await;
+    assert_eq!(typed["domain"]["chainId"], 31338, "{typed}");
+    let (first_before, second_before) = (
+        first.balance_of(TOKEN, PAYEE),
+        second.balance_of(USDC, PAYEE),
+    );
+    let confirmed = confirm(
+        &app,
+        id,
+        "second-chain",
+        json!({"option": on_second, "payer": PAYER, "signature": signature}),
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["chain"], "evm:31338");
+    app.wait_for_state(id, "succeeded").await;
+    assert_eq!(second.balance_of(USDC, PAYEE) - second_before, 4_000_000);
+
+    // The payer pays again on the first chain, at that option's address: booked and swept there,
+    // never counted; the second chain moves on meanwhile.
+    let address = on_first["deposit_address"].as_str().unwrap();
+    first.cast(&[
+        "send",
+        "--private-key",
+        PAYER_KEY,
+        TOKEN,
+        "transfer(address,uint256)",
+        address,
+        "4000000",
+    ]);
+    second.mine(3).await;
+    app.mine_until(
+        &first,
+        "the first chain's deposit is swept",
+        &format!(
+            "EXISTS (SELECT 1 FROM chain_observations WHERE kind = 'deposit_swept' AND subject = '{id}' AND chain_id = 31337 AND applied_at IS NOT NULL)"
+        ),
+    )
+    .await;
+    assert_eq!(
+        first.balance_of(TOKEN, PAYEE) - first_before,
+        4_000_000,
+        "swept to the merchant"
+    );
+    let now = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(now["selected_option"], on_second.as_str());
+    assert_eq!(now["amount_received"], "0", "not counted: {now}");
+    followed(&app, &first).await;
+    followed(&app, &second).await;
+    for chain in chains {
+        let (agreed, output) = reconcile_on(&app, &chains, chain);
+        assert!(agreed, "{}: {output}", chain.name());
+    }
+}
+
+#[tokio::test]
+async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_option_that_stayed()
+{
+    let first = Anvil::start().await;
+    let second = Anvil::start_as(31338, &[]).await;
+    let chains = [&first, &second];
+    let app = app_on_chains(&chains, 3, true).await;
+    let body = json!({
+        "payout_address": PAYEE,
+        "accepted_assets": [
+            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
+            {"chain": "evm:31338", "token": TOKEN, "currency": "usd"},
+        ],
+    });
+    let set = app
+        .post_as(DEMO_TOKEN, "/v1/merchant", Some("reorg"), &body.to_string())
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let order = create_order(&app, json!({"amount": "1.50", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let deposit_on = |chain: &str| {
+        order["payment_options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["chain"] == chain && o["payment_method"] == "deposit_address")
+            .unwrap()
+            .clone()
+    };
+    let (on_first, on_second) = (deposit_on("evm:31337"), deposit_on("evm:31338"));
+    // One token, one merchant, one order, one factory address: one address on both chains.
+    let address = on_first["deposit_address"].as_str().unwrap().to_owned();
+    assert_eq!(on_second["deposit_address"], address.as_str());
+    let send = |chain: &Anvil| {
+        chain.cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            TOKEN,
+            "transfer(address,uint256)",
+            &address,
+            "1500000",
+        ]);
+    };
+
+    // Seen on the first chain, then orphaned there.
+    let snapshot = first.rpc("evm_snapshot", json!([])).await;
+    send(&first);
+    let seen_on_first = format!(
+        "EXISTS (SELECT 1 FROM chain_observations WHERE subject = '{id}' AND chain_id = 31337)"
+    );
+    app.wait_until("the first chain's deposit seen", &seen_on_first)
+        .await;
+    first.rpc("evm_revert", json!([snapshot])).await;
+    first.mine(2).await;
+    app.wait_until(
+        "the orphaned deposit dropped",
+        &format!("NOT {seen_on_first}"),
+    )
+    .await;
+
+    // Meanwhile the second chain confirms its own: that option pays the order.
+    send(&second);
+    app.mine_until(
+        &second,
+        "paid on the second chain",
+        &format!("(SELECT state FROM payment_intents WHERE id = '{id}') = 'succeeded'"),
+    )
+    .await;
+    let paid = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(paid["selected_option"], on_second["id"]);
+    assert_eq!(paid["chain"], "evm:31338");
+    assert_eq!(paid["amount_received"], "1500000");
+    first.mine(4).await;
+    followed(&app, &first).await;
+    let booked_on_first: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entries WHERE chain = 'evm:31337' AND intent_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(
+        booked_on_first, 0,
+        "nothing of the orphaned block is booked"
+    );
+
+    // Sent again on the first chain: booked and swept there, not counted.
+    let before = first.balance_of(TOKEN, PAYEE);
+    send(&first);
+    app.mine_until(&first, "the first chain's deposit swept", &format!(
+        "EXISTS (SELECT 1 FROM chain_observations WHERE kind = 'deposit_swept' AND subject = '{id}' AND chain_id = 31337 AND applied_at IS NOT NULL)"
+    ))
+    .await;
+    assert_eq!(first.balance_of(TOKEN, PAYEE) - before, 1_500_000);
+    let now = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(now["amount_received"], "1500000", "not counted: {now}");
+    first.mine(3).await;
+    second.mine(3).await;
+    followed(&app, &first).await;
+    followed(&app, &second).await;
+    for chain in chains {
+        let (agreed, output) = reconcile_on(&app, &chains, chain);
+        assert!(agreed, "{}: {output}", chain.name());
+    }
 }

@@ -49,6 +49,7 @@ fn tool(name: &str) -> PathBuf {
 pub struct Anvil {
     child: Child,
     pub url: String,
+    pub chain_id: u64,
 }
 
 impl Anvil {
@@ -58,8 +59,15 @@ impl Anvil {
     }
 
     pub async fn start_with(args: &[&str]) -> Self {
+        Self::start_as(31337, args).await
+    }
+
+    /// Anvil as chain `chain_id`, set up as every devnet is: the same contracts at the same
+    /// addresses (one deployer, the same nonces), as tokens and factories deployed
+    /// deterministically are on real chains.
+    pub async fn start_as(chain_id: u64, args: &[&str]) -> Self {
         let mut child = Command::new(tool("anvil"))
-            .args(["--port", "0", "--chain-id", "31337"])
+            .args(["--port", "0", "--chain-id", &chain_id.to_string()])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -79,7 +87,11 @@ impl Anvil {
         })
         .await
         .unwrap();
-        let anvil = Self { child, url };
+        let anvil = Self {
+            child,
+            url,
+            chain_id,
+        };
         devnet::set_up(&anvil.url.parse().unwrap())
             .await
             .expect("deploy the devnet token");
@@ -88,26 +100,38 @@ impl Anvil {
 
     /// Settlement settings for this chain.
     pub fn settlement(&self, confirmations: u64) -> SettlementSettings {
-        let factory = format!(
-            "evm:31337={}",
-            payments_api::rails::evm::deposit::devnet_factory()
-        );
-        SettlementSettings {
-            chains: with_deposit_factories(
-                parse_chains(&format!("evm:31337={}", self.url)).unwrap(),
-                &factory,
-            )
-            .unwrap(),
-            confirmations,
-            poll_interval: Duration::from_millis(50),
-            relayer_private_key: None,
-            replace_after_blocks: 2,
-            // A share the relayer tests fill in a few seconds.
-            relayer_batch: 50,
-            underpayment_tolerance_bps: 0,
-        }
+        settlement_on(&[self], confirmations)
     }
 
+    /// `evm:<chain id>`.
+    pub fn name(&self) -> String {
+        format!("evm:{}", self.chain_id)
+    }
+}
+
+/// Settlement settings serving every one of `chains` at once, each with the devnet's factory.
+pub fn settlement_on(chains: &[&Anvil], confirmations: u64) -> SettlementSettings {
+    let list = |each: &dyn Fn(&Anvil) -> String| {
+        chains.iter().map(|c| each(c)).collect::<Vec<_>>().join(",")
+    };
+    let factory = payments_api::rails::evm::deposit::devnet_factory();
+    SettlementSettings {
+        chains: with_deposit_factories(
+            parse_chains(&list(&|c| format!("{}={}", c.name(), c.url))).unwrap(),
+            &list(&|c| format!("{}={factory}", c.name())),
+        )
+        .unwrap(),
+        confirmations,
+        poll_interval: Duration::from_millis(50),
+        relayer_private_key: None,
+        replace_after_blocks: 2,
+        // A share the relayer tests fill in a few seconds.
+        relayer_batch: 50,
+        underpayment_tolerance_bps: 0,
+    }
+}
+
+impl Anvil {
     /// A JSON-RPC call to the node.
     pub async fn rpc(&self, method: &str, params: Value) -> Value {
         let answer: Value = reqwest::Client::new()
@@ -457,6 +481,19 @@ impl super::TestApp {
 /// `relayer` (without it, what is queued stays queued).
 pub async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> super::TestApp {
     app_on_with(anvil, confirmations, relayer, |_| {}).await
+}
+
+/// The app settling on every one of `chains` at once, its relayer sending on each with
+/// `RELAYER_KEY` when `relayer`.
+pub async fn app_on_chains(chains: &[&Anvil], confirmations: u64, relayer: bool) -> super::TestApp {
+    let settlement = settlement_on(chains, confirmations);
+    super::TestApp::spawn_with(move |s| {
+        s.settlement = settlement;
+        if relayer {
+            s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
+        }
+    })
+    .await
 }
 
 /// [`app_on`], then `configure`d.
