@@ -26,6 +26,7 @@ pub const TYPES: &[&str] = &[
     "payment_intent.partially_paid",
     "payment_intent.overpaid",
     "payment_intent.paid_after_expiry",
+    "payment_intent.duplicate_payment",
     "refund.created",
     "refund.processing",
     "refund.succeeded",

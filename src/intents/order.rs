@@ -40,6 +40,33 @@ impl PaymentOption {
     }
 }
 
+/// Money that reached an order another way than the option that pays it: another option's
+/// deposit address (on any chain), or an address of an order that left `created` unchosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DuplicatePayment {
+    /// `dp_` + 24 lowercase hex digits.
+    #[schema(example = "dp_0b5e6c1d2f3a4b5c6d7e8f90")]
+    pub id: String,
+    #[schema(example = "evm:31337")]
+    pub chain: String,
+    /// EIP-55 checksummed.
+    pub token: String,
+    /// Token base units that arrived.
+    #[schema(example = "25000000")]
+    pub amount: String,
+    pub transaction_hash: String,
+    /// Who sent it, EIP-55 checksummed.
+    pub from: String,
+    /// Where it arrived: the option's deposit address.
+    pub deposit_address: String,
+}
+
+impl DuplicatePayment {
+    pub fn new_id() -> String {
+        ids::generate("dp_")
+    }
+}
+
 /// The options of the order `id` of `payee`, priced `price` in `currency`: for each accepted asset
 /// of that currency on a chain served now, `authorization` where its token has EIP-3009 and
 /// `deposit_address` where its chain has a factory, in the merchant's order. An asset whose

@@ -13,7 +13,7 @@ use super::{
         Address, Amount, Chain, Currency, ExpiresIn, IntentId, Metadata, PaymentMethod, Price,
     },
     expiry::ExpiryHolds,
-    order::PaymentOption,
+    order::{DuplicatePayment, PaymentOption},
     state::{self, Action, Actor, FailureReason, IntentState},
 };
 use crate::{
@@ -37,7 +37,9 @@ macro_rules! query_intent {
                      cancellation_reason, failure_reason, pending_reason,
                      settlement AS "settlement: Json<Settlement>",
                      amount_received::text AS "amount_received!", amount_overpaid::text AS "amount_overpaid!",
-                     amount_refunded::text AS "amount_refunded!", checkout_url, client_secret,
+                     amount_refunded::text AS "amount_refunded!",
+                     duplicate_payments AS "duplicate_payments!: Json<Vec<DuplicatePayment>>",
+                     checkout_url, client_secret,
                      metadata AS "metadata: Json<Metadata>""#
                 + $after,
             $($arg)*
@@ -112,6 +114,10 @@ pub struct PaymentIntent {
     /// What its refunds paid back so far (those confirmed on chain), token base units.
     #[schema(example = "0")]
     pub amount_refunded: String,
+    /// Money that reached an order another way than its selected option: booked and swept to the
+    /// merchant, never counted toward the order.
+    #[schema(value_type = Vec<DuplicatePayment>)]
+    pub duplicate_payments: Json<Vec<DuplicatePayment>>,
     /// The intent's checkout page, to send its payer: `PUBLIC_BASE_URL/checkout/{id}` with the
     /// client secret in the fragment, which browsers never send to a server (`docs/checkout.md`).
     pub checkout_url: Option<String>,
@@ -600,6 +606,35 @@ pub async fn choose_option(
     Ok(Choice::Chosen)
 }
 
+/// Records `duplicate` on the merchant's order `id`, in the caller's transaction (the one that
+/// applies the observation it is): listed on the intent, a new version, and its event
+/// `payment_intent.duplicate_payment`. Whatever state the order is in, it stays there.
+pub async fn record_duplicate(
+    conn: &mut PgConnection,
+    merchant_id: &str,
+    id: &str,
+    duplicate: &DuplicatePayment,
+) -> Result<PaymentIntent, TransitionError> {
+    sqlx::query!(
+        "UPDATE payment_intents SET duplicate_payments = duplicate_payments || jsonb_build_array($3::jsonb)
+          WHERE merchant_id = $1 AND id = $2",
+        merchant_id,
+        id,
+        Json(duplicate) as _,
+    )
+    .execute(&mut *conn)
+    .await?;
+    apply_paid(
+        conn,
+        merchant_id,
+        id,
+        Action::DuplicatePayment,
+        &Actor::Chain,
+        None,
+    )
+    .await
+}
+
 /// Names `payer` as who pays the merchant's `created` intent `id` by authorization, if it named
 /// none: in the transaction of its confirm, so the payment watch knows whose nonce it is.
 pub async fn name_payer(
@@ -1031,6 +1066,7 @@ struct WithMerchant {
     amount_received: String,
     amount_overpaid: String,
     amount_refunded: String,
+    duplicate_payments: Json<Vec<DuplicatePayment>>,
     checkout_url: Option<String>,
     client_secret: String,
     metadata: Json<Metadata>,
@@ -1063,6 +1099,7 @@ impl WithMerchant {
             amount_received: self.amount_received,
             amount_overpaid: self.amount_overpaid,
             amount_refunded: self.amount_refunded,
+            duplicate_payments: self.duplicate_payments,
             checkout_url: self.checkout_url,
             client_secret: self.client_secret,
             metadata: self.metadata,

@@ -43,6 +43,8 @@ pub enum Action {
     Deposit,
     /// A confirmed transfer of its token reached its deposit address after it expired.
     DepositAfterExpiry,
+    /// Money reached an order another way than the option that pays it: recorded, in any state.
+    DuplicatePayment,
 }
 
 /// Who made a state change, recorded with every transition.
@@ -215,7 +217,40 @@ pub const TRANSITIONS: &[Transition] = &[
         IntentState::Canceled,
     )
     .announced_as("payment_intent.paid_after_expiry"),
+    // Orders (`docs/settlement.md`, "Orders and options"): a second payment changes no state.
+    Transition::new(
+        IntentState::Created,
+        Action::DuplicatePayment,
+        IntentState::Created,
+    )
+    .announced_as(DUPLICATE_PAYMENT),
+    Transition::new(
+        IntentState::Processing,
+        Action::DuplicatePayment,
+        IntentState::Processing,
+    )
+    .announced_as(DUPLICATE_PAYMENT),
+    Transition::new(
+        IntentState::Succeeded,
+        Action::DuplicatePayment,
+        IntentState::Succeeded,
+    )
+    .announced_as(DUPLICATE_PAYMENT),
+    Transition::new(
+        IntentState::Canceled,
+        Action::DuplicatePayment,
+        IntentState::Canceled,
+    )
+    .announced_as(DUPLICATE_PAYMENT),
+    Transition::new(
+        IntentState::Failed,
+        Action::DuplicatePayment,
+        IntentState::Failed,
+    )
+    .announced_as(DUPLICATE_PAYMENT),
 ];
+
+const DUPLICATE_PAYMENT: &str = "payment_intent.duplicate_payment";
 
 /// What a confirmed transfer to an intent's deposit address does, the intent being in `state`
 /// (canceled for `cancellation_reason`): `reaches` says whether what it received now, this
@@ -288,6 +323,7 @@ impl Action {
             Self::Hold => "hold",
             Self::Deposit => "deposit",
             Self::DepositAfterExpiry => "deposit_after_expiry",
+            Self::DuplicatePayment => "duplicate_payment",
         }
     }
 }

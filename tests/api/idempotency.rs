@@ -54,6 +54,7 @@ async fn seed_transcript_creates_replays_then_rejects_a_different_body() {
         "amount_received",
         "amount_overpaid",
         "amount_refunded",
+        "duplicate_payments",
         "checkout_url",
         "client_secret",
         "metadata",

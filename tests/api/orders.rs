@@ -362,6 +362,19 @@ async fn the_first_deposit_at_an_options_address_chooses_it_and_another_options_
     .await
     .unwrap();
     assert_eq!(booked, 1, "the second payment is in the ledger");
+    let duplicates = now["duplicate_payments"].as_array().unwrap();
+    assert_eq!(duplicates.len(), 1, "{now}");
+    let duplicate = &duplicates[0];
+    assert!(duplicate["id"].as_str().unwrap().starts_with("dp_"));
+    assert_eq!(duplicate["chain"], "evm:31337");
+    assert_eq!(duplicate["token"], USDC);
+    assert_eq!(duplicate["amount"], "2500000");
+    assert_eq!(duplicate["from"], PAYER);
+    assert_eq!(duplicate["deposit_address"], usdc_address);
+    assert_eq!(
+        app.event_types(id).await.last().map(String::as_str),
+        Some("payment_intent.duplicate_payment")
+    );
 }
 
 #[tokio::test]
@@ -698,6 +711,10 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
     let now = app.get_intent(DEMO_TOKEN, id).await.json();
     assert_eq!(now["selected_option"], on_second.as_str());
     assert_eq!(now["amount_received"], "0", "not counted: {now}");
+    let duplicates = now["duplicate_payments"].as_array().unwrap();
+    assert_eq!(duplicates.len(), 1, "{now}");
+    assert_eq!(duplicates[0]["chain"], "evm:31337");
+    assert_eq!(duplicates[0]["amount"], "4000000");
     followed(&app, &first).await;
     followed(&app, &second).await;
     for chain in chains {
@@ -803,6 +820,12 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
     assert_eq!(first.balance_of(TOKEN, PAYEE) - before, 1_500_000);
     let now = app.get_intent(DEMO_TOKEN, id).await.json();
     assert_eq!(now["amount_received"], "1500000", "not counted: {now}");
+    assert_eq!(
+        now["duplicate_payments"].as_array().unwrap().len(),
+        1,
+        "{now}"
+    );
+    assert_eq!(now["duplicate_payments"][0]["chain"], "evm:31337");
     first.mine(3).await;
     second.mine(3).await;
     followed(&app, &first).await;

@@ -18,6 +18,7 @@ use super::sweep::{self, Sweep};
 use crate::{
     config::ChainEndpoint,
     intents::{
+        order::DuplicatePayment,
         repo::{self, Change, Seen, Settlement, TransitionError},
         state::{self, Action, Actor, IntentState},
     },
@@ -59,8 +60,8 @@ pub enum DepositOutcome {
     /// Another token than the intent's: booked and swept, not counted.
     OtherToken,
     /// At an order's option's address after another option was chosen, or the order left
-    /// `created` unchosen: booked and swept, not counted.
-    OtherOption,
+    /// `created` unchosen: booked and swept, not counted, listed on the order.
+    DuplicatePayment,
     Succeeded,
     PartiallyPaid,
     Overpaid,
@@ -75,7 +76,7 @@ impl Outcome for DepositOutcome {
         match self {
             Self::Swept => "deposit_swept",
             Self::OtherToken => "deposit_other_token",
-            Self::OtherOption => "deposit_other_option",
+            Self::DuplicatePayment => "duplicate_payment",
             Self::Succeeded => "succeeded",
             Self::PartiallyPaid => "partially_paid",
             Self::Overpaid => "overpaid",
@@ -284,8 +285,24 @@ impl Watch for DepositWatch {
         if let Some(option_id) = &transfer.option_id
             && !chooses(tx, &transfer, option_id).await?
         {
-            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, option = %option_id, "a deposit reached the address of an order's option after it was paid another way: booked and swept, not counted");
-            return Ok(DepositOutcome::OtherOption);
+            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, option = %option_id, "a deposit reached the address of an order's option after it was paid another way: booked, swept and listed as a duplicate payment");
+            let duplicate = DuplicatePayment {
+                id: DuplicatePayment::new_id(),
+                chain: chain.name.clone(),
+                token: transfer.token.clone(),
+                amount: transfer.value.clone(),
+                transaction_hash: o.transaction_hash.clone(),
+                from: transfer.from.clone(),
+                deposit_address: transfer.deposit_address.clone(),
+            };
+            match repo::record_duplicate(tx, &transfer.merchant_id, &transfer.intent_id, &duplicate)
+                .await
+            {
+                Ok(_) => {}
+                Err(TransitionError::Database(e)) => return Err(e.into()),
+                Err(e) => return Err(WatchError::Unexpected(e.to_string())),
+            }
+            return Ok(DepositOutcome::DuplicatePayment);
         }
         self.count(tx, &transfer, o).await
     }
