@@ -29,8 +29,9 @@
 # server) is stopped at exit, by process group. In compose mode `cast` is the chain container's,
 # as the docs tell a compose reader to define it.
 #
-# Settings: API_PORT and CHAIN_PORT (default 8080 and 8545): the docs say localhost:8080 and
-# 8545, and the snippets, files and expected output are rewritten to these ports.
+# Settings: API_PORT, CHAIN_PORT and CHAIN2_PORT (default 8080, 8545 and 8546): the docs say
+# localhost:8080, 8545 and 8546, and the snippets, files and expected output are rewritten to
+# these ports.
 # PAYMENTS_API_BIN: local mode runs this binary where the docs say `make api-run` or
 # `cargo run --`. TEST_DATABASE_URL: local mode's database server (default
 # postgres://postgres@127.0.0.1:5432). COMPOSE_PROJECT_NAME: the project `docker compose exec`
@@ -49,6 +50,7 @@ esac
 
 api_port=${API_PORT:-8080}
 chain_port=${CHAIN_PORT:-8545}
+chain2_port=${CHAIN2_PORT:-8546}
 fail() { echo "readme-check: $*" >&2; exit 1; }
 
 scratch=$(mktemp -d)
@@ -115,7 +117,7 @@ if [[ $mode == compose ]]; then
 fi
 
 if [[ $mode == local ]]; then
-  for port in "$api_port" "$chain_port"; do
+  for port in "$api_port" "$chain_port" "$chain2_port"; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       fail "port $port is taken: set API_PORT and CHAIN_PORT to free ones"
     fi
@@ -163,7 +165,7 @@ PY
 fi
 
 export READMECHECK_MODE=$mode READMECHECK_SCRATCH=$scratch READMECHECK_API_PORT=$api_port \
-  READMECHECK_CHAIN_PORT=$chain_port
+  READMECHECK_CHAIN_PORT=$chain_port READMECHECK_CHAIN2_PORT=$chain2_port
 python3 - <<'PY'
 import os
 import re
@@ -175,7 +177,7 @@ from pathlib import Path
 # The docs whose snippets run, in the order a reader meets them: later blocks rely on what
 # earlier ones did (the README starts the local stack; balances count the payments before).
 DOCS = ["README.md", "docs/walkthrough.md", "docs/checkout.md", "docs/refunds.md",
-        "docs/x402.md", "docs/api.md"]
+        "docs/x402.md", "docs/api.md", "docs/orders.md"]
 MODES = {"compose", "local", "none"}
 # Not run: they open a browser or start what the mode expects to be up already.
 NOT_RUN = ("xdg-open ", "open ", "docker compose up", "docker-compose up")
@@ -184,6 +186,7 @@ mode = os.environ["READMECHECK_MODE"]
 scratch = Path(os.environ["READMECHECK_SCRATCH"])
 api_port = os.environ["READMECHECK_API_PORT"]
 chain_port = os.environ["READMECHECK_CHAIN_PORT"]
+chain2_port = os.environ["READMECHECK_CHAIN2_PORT"]
 timeout = int(os.environ.get("READMECHECK_TIMEOUT", "600"))
 repo = Path.cwd()
 
@@ -255,10 +258,11 @@ def commands(lines, where):
 
 
 def rewrite(text):
-    """The docs' default ports, moved where API_PORT and CHAIN_PORT say."""
+    """The docs' default ports, moved where API_PORT, CHAIN_PORT and CHAIN2_PORT say."""
     for host in ("localhost", "127.0.0.1"):
         text = text.replace(f"{host}:8080", f"{host}:{api_port}").replace(f"{host}:8545", f"{host}:{chain_port}")
-    return text.replace("--port 8545", f"--port {chain_port}")
+        text = text.replace(f"{host}:8546", f"{host}:{chain2_port}")
+    return text.replace("--port 8545", f"--port {chain_port}").replace("--port 8546", f"--port {chain2_port}")
 
 
 def rewrite_command(text):
