@@ -12,28 +12,32 @@ use crate::helpers::{
     chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, TOKEN, USDC, app_on, app_on_chains},
 };
 
-/// The demo merchant paid at `PAYEE`, accepting the devnet token and USDC for usd, USDC for eur.
-async fn accept_assets(app: &TestApp) {
-    let body = json!({
-        "payout_address": PAYEE,
-        "accepted_assets": [
-            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
-            {"chain": "evm:31337", "token": USDC, "currency": "usd"},
-            {"chain": "evm:31337", "token": USDC, "currency": "eur"},
-        ],
-    });
+/// The demo merchant paid at `PAYEE`, accepting `assets` (`(chain, token, currency)`), each
+/// of which has EIP-3009.
+async fn accept(app: &TestApp, key: &str, assets: &[(&str, &str, &str)]) {
+    let assets: Vec<Value> = assets
+        .iter()
+        .map(|(chain, token, currency)| json!({"chain": chain, "token": token, "currency": currency}))
+        .collect();
+    let body = json!({"payout_address": PAYEE, "accepted_assets": assets});
     let set = app
-        .post_as(
-            DEMO_TOKEN,
-            "/v1/merchant",
-            Some("assets"),
-            &body.to_string(),
-        )
+        .post_as(DEMO_TOKEN, "/v1/merchant", Some(key), &body.to_string())
         .await;
     assert_eq!(set.status, 200, "{}", set.body);
-    let assets = set.json()["accepted_assets"].clone();
-    assert_eq!(assets[0]["supports_authorization"], true, "{assets}");
-    assert_eq!(assets[1]["supports_authorization"], true, "{assets}");
+    let accepted = set.json()["accepted_assets"].clone();
+    for asset in accepted.as_array().unwrap() {
+        assert_eq!(asset["supports_authorization"], true, "{accepted}");
+    }
+}
+
+/// The devnet token and USDC for usd, USDC for eur, on the one chain.
+async fn accept_assets(app: &TestApp) {
+    let assets = [
+        ("evm:31337", TOKEN, "usd"),
+        ("evm:31337", USDC, "usd"),
+        ("evm:31337", USDC, "eur"),
+    ];
+    accept(app, "assets", &assets).await;
 }
 
 async fn create_order(app: &TestApp, body: Value) -> Value {
@@ -42,14 +46,24 @@ async fn create_order(app: &TestApp, body: Value) -> Value {
     created.json()
 }
 
-/// The option of `order` in `token` paid by `method`.
-fn option<'a>(order: &'a Value, token: &str, method: &str) -> &'a Value {
+/// The option of `order` on `chain` in `token` paid by `method`.
+fn option_on<'a>(order: &'a Value, chain: &str, token: &str, method: &str) -> &'a Value {
     order["payment_options"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|o| o["token"] == token && o["payment_method"] == method)
-        .unwrap_or_else(|| panic!("no {method} option in {token}: {order}"))
+        .find(|o| o["chain"] == chain && o["token"] == token && o["payment_method"] == method)
+        .unwrap_or_else(|| panic!("no {method} option in {token} on {chain}: {order}"))
+}
+
+/// The option of `order` in `token` paid by `method`, on the first chain.
+fn option<'a>(order: &'a Value, token: &str, method: &str) -> &'a Value {
+    option_on(order, "evm:31337", token, method)
+}
+
+/// The id of `option`.
+fn id_of(option: &Value) -> String {
+    option["id"].as_str().unwrap().to_owned()
 }
 
 async fn authorization(app: &TestApp, id: &str, query: &str) -> Answer {
@@ -163,10 +177,7 @@ async fn an_order_offers_each_accepted_asset_each_way_and_the_payers_confirm_cho
     assert_eq!(now["payment_options"], order["payment_options"]);
 
     // The payer picks USDC and signs; the confirm names the option and the payer.
-    let usdc = option(&order, USDC, "authorization")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let usdc = id_of(option(&order, USDC, "authorization"));
     let (typed, signature) = signed(&app, &anvil, id, &usdc).await;
     assert_eq!(
         typed["domain"]["verifyingContract"]
@@ -202,10 +213,7 @@ async fn an_order_offers_each_accepted_asset_each_way_and_the_payers_confirm_cho
     assert_eq!(confirmed["amount"], "25.00", "the order's price, as given");
 
     // Another option cannot pay it now, by confirm or by a document to sign.
-    let token_option = option(&order, TOKEN, "authorization")["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let token_option = id_of(option(&order, TOKEN, "authorization"));
     let other = confirm(
         &app,
         id,
@@ -244,10 +252,7 @@ async fn ten_racing_confirms_of_different_options_submit_one_payment() {
     let id = order["id"].as_str().unwrap().to_owned();
     let mut bodies = Vec::new();
     for token in [TOKEN, USDC] {
-        let chosen = option(&order, token, "authorization")["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let chosen = id_of(option(&order, token, "authorization"));
         let (_, signature) = signed(&app, &anvil, &id, &chosen).await;
         bodies.push(json!({"option": chosen, "payer": PAYER, "signature": signature}));
     }
@@ -375,6 +380,73 @@ async fn the_first_deposit_at_an_options_address_chooses_it_and_another_options_
         app.event_types(id).await.last().map(String::as_str),
         Some("payment_intent.duplicate_payment")
     );
+
+    // Paid back in one call: the merchant's authorization, on the duplicate's chain and token,
+    // to its sender.
+    let refunds = format!("/v1/payment_intents/{id}/refunds");
+    let body = json!({"duplicate_payment": duplicate["id"]}).to_string();
+    let refund = app
+        .post_as(DEMO_TOKEN, &refunds, Some("dup-refund"), &body)
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.body);
+    let refund = refund.json();
+    assert_eq!(refund["duplicate_payment"], duplicate["id"]);
+    assert_eq!(refund["amount"], "2500000");
+    assert_eq!(refund["token"], USDC);
+    assert_eq!(refund["payer"], PAYER, "back to its sender");
+    let refund_id = refund["id"].as_str().unwrap();
+    let document = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/refunds/{refund_id}/authorization"),
+        )
+        .await;
+    assert_eq!(document.status, 200, "{}", document.body);
+    let signature = anvil.sign(PAYEE_KEY, &document.json()["typed_data"]);
+    let payer_before = anvil.balance_of(USDC, PAYER);
+    let confirmed = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/refunds/{refund_id}/confirm"),
+            Some("dup-refund-confirm"),
+            &json!({"signature": signature}).to_string(),
+        )
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    app.wait_for_refund(refund_id, "succeeded").await;
+    assert_eq!(anvil.balance_of(USDC, PAYER) - payer_before, 2_500_000);
+    let after = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(
+        after["amount_refunded"], "0",
+        "the order's own payment is untouched"
+    );
+
+    // Once: nothing is left of that duplicate; a duplicate of no such id, or a destination
+    // without one, is a 400 naming the field.
+    let again = app
+        .post_as(DEMO_TOKEN, &refunds, Some("dup-refund-2"), &body)
+        .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(again.json()["error"], "refund_exceeds_payment");
+    for (body, field) in [
+        (
+            json!({"duplicate_payment": "dp_000000000000000000000000"}),
+            "duplicate_payment",
+        ),
+        (json!({"destination": PAYER}), "destination"),
+    ] {
+        let answer = app
+            .post_as(
+                DEMO_TOKEN,
+                &refunds,
+                Some(&format!("bad-{body}")),
+                &body.to_string(),
+            )
+            .await;
+        assert_eq!(answer.status, 400, "{}", answer.body);
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.starts_with(&format!("{field}:")), "{detail}");
+    }
 }
 
 #[tokio::test]
@@ -464,16 +536,10 @@ async fn bad_orders_and_choices_are_400s_naming_the_field_and_change_nothing() {
     let order = create_order(&app, json!({"amount": "1.00", "currency": "usd"})).await;
     let id = order["id"].as_str().unwrap();
     let other = create_order(&app, json!({"amount": "1.00", "currency": "usd"})).await;
-    let chosen = option(&order, TOKEN, "authorization")["id"]
-        .as_str()
-        .unwrap();
+    let chosen = &id_of(option(&order, TOKEN, "authorization"));
     let (_, signature) = signed(&app, &anvil, id, chosen).await;
-    let foreign = option(&other, TOKEN, "authorization")["id"]
-        .as_str()
-        .unwrap();
-    let deposit = option(&order, TOKEN, "deposit_address")["id"]
-        .as_str()
-        .unwrap();
+    let foreign = &id_of(option(&other, TOKEN, "authorization"));
+    let deposit = &id_of(option(&order, TOKEN, "deposit_address"));
     for (body, field) in [
         bad(json!({"payer": PAYER, "signature": signature}), "option"),
         bad(
@@ -623,40 +689,12 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
     let second = Anvil::start_as(31338, &[]).await;
     let chains = [&first, &second];
     let app = app_on_chains(&chains, 1, true).await;
-    let body = json!({
-        "payout_address": PAYEE,
-        "accepted_assets": [
-            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
-            {"chain": "evm:31338", "token": USDC, "currency": "usd"},
-        ],
-    });
-    let set = app
-        .post_as(
-            DEMO_TOKEN,
-            "/v1/merchant",
-            Some("two-chains"),
-            &body.to_string(),
-        )
-        .await;
-    assert_eq!(set.status, 200, "{}", set.body);
+    let assets = [("evm:31337", TOKEN, "usd"), ("evm:31338", USDC, "usd")];
+    accept(&app, "two-chains", &assets).await;
     let order = create_order(&app, json!({"amount": "4.00", "currency": "usd"})).await;
     let id = order["id"].as_str().unwrap();
-    let on_second = order["payment_options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["chain"] == "evm:31338" && o["payment_method"] == "authorization")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let on_first = order["payment_options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["chain"] == "evm:31337" && o["payment_method"] == "deposit_address")
-        .unwrap()
-        .clone();
+    let on_second = id_of(option_on(&order, "evm:31338", USDC, "authorization"));
+    let on_first = option_on(&order, "evm:31337", TOKEN, "deposit_address");
     assert_eq!(
         order["payment_options"].as_array().unwrap().len(),
         4,
@@ -730,29 +768,12 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
     let second = Anvil::start_as(31338, &[]).await;
     let chains = [&first, &second];
     let app = app_on_chains(&chains, 3, true).await;
-    let body = json!({
-        "payout_address": PAYEE,
-        "accepted_assets": [
-            {"chain": "evm:31337", "token": TOKEN, "currency": "usd"},
-            {"chain": "evm:31338", "token": TOKEN, "currency": "usd"},
-        ],
-    });
-    let set = app
-        .post_as(DEMO_TOKEN, "/v1/merchant", Some("reorg"), &body.to_string())
-        .await;
-    assert_eq!(set.status, 200, "{}", set.body);
+    let assets = [("evm:31337", TOKEN, "usd"), ("evm:31338", TOKEN, "usd")];
+    accept(&app, "reorg", &assets).await;
     let order = create_order(&app, json!({"amount": "1.50", "currency": "usd"})).await;
     let id = order["id"].as_str().unwrap();
-    let deposit_on = |chain: &str| {
-        order["payment_options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["chain"] == chain && o["payment_method"] == "deposit_address")
-            .unwrap()
-            .clone()
-    };
-    let (on_first, on_second) = (deposit_on("evm:31337"), deposit_on("evm:31338"));
+    let on_first = option_on(&order, "evm:31337", TOKEN, "deposit_address");
+    let on_second = option_on(&order, "evm:31338", TOKEN, "deposit_address");
     // One token, one merchant, one order, one factory address: one address on both chains.
     let address = on_first["deposit_address"].as_str().unwrap().to_owned();
     assert_eq!(on_second["deposit_address"], address.as_str());

@@ -38,20 +38,49 @@ pub async fn create(
     let intent = intents::find(tx, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
+    let invalid = |field: &str, why: String| ApiError::InvalidRequest(format!("{field}: {why}"));
+    // An order's duplicate payment is paid back on its own chain and token, to its sender unless
+    // the merchant names where (`docs/settlement.md`, "Orders and options").
+    let duplicate = match new.duplicate_payment {
+        Some(raw) => Some(
+            intent
+                .duplicate_payments
+                .iter()
+                .find(|d| d.id == raw)
+                .ok_or_else(|| {
+                    invalid(
+                        "duplicate_payment",
+                        format!(
+                            "payment intent {} has no duplicate payment {raw:?}",
+                            intent.id
+                        ),
+                    )
+                })?,
+        ),
+        None if new.destination.is_some() => {
+            return Err(invalid(
+                "destination",
+                "only a duplicate_payment's refund goes elsewhere than to the intent's payer"
+                    .to_owned(),
+            ));
+        }
+        None => None,
+    };
     // Whoever sent to a deposit address may be an exchange's hot wallet: paying it back could
     // lose the money, so such an intent is refunded by the merchant, outside (`docs/refunds.md`).
-    if intent.payment_method == Some(PaymentMethod::DepositAddress) {
+    if duplicate.is_none() && intent.payment_method == Some(PaymentMethod::DepositAddress) {
         return Err(ApiError::InvalidRequest(format!(
             "payment intent {}: a deposit_address intent has no payer to refund; refund its sender yourself",
             intent.id
         )));
     }
-    // The refund is paid on the intent's chain, so this server must settle it. An order no
-    // option was chosen for was not paid: the refund's own check says so.
-    if let Some(chain) = &intent.chain {
+    // The refund is paid on the chain of what it pays back, so this server must settle it. An
+    // order no option was chosen for was not paid: the refund's own check says so.
+    let chain = duplicate.map(|d| &d.chain).or(intent.chain.as_ref());
+    if let Some(chain) = chain {
         eip3009::served(chains, chain, &format!("payment intent {}", intent.id))?;
     }
-    repo::create(tx, merchant, &id, new)
+    repo::create(tx, merchant, &id, new, duplicate)
         .await
         .map_err(|e| match e {
             CreateError::NoIntent => not_found(),

@@ -15,7 +15,8 @@ use crate::{
     auth::MerchantId,
     events::{self, NewEvent},
     intents::{
-        domain::{Amount, ExpiresIn, IntentId},
+        domain::{Address, Amount, ExpiresIn, IntentId},
+        order::DuplicatePayment,
         repo::{self as intents, Settlement},
         state::IntentState,
     },
@@ -42,7 +43,8 @@ pub struct Refund {
     pub token: String,
     /// The merchant's address the intent paid, which signs and pays the refund. EIP-55.
     pub merchant: String,
-    /// The intent's payer, who receives it. EIP-55.
+    /// Who receives it, EIP-55: the intent's payer; for a duplicate payment, its sender or the
+    /// destination the merchant named.
     pub payer: String,
     /// `duplicate`, `fraudulent` or `requested_by_customer`, if given.
     pub reason: Option<String>,
@@ -62,6 +64,9 @@ pub struct Refund {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// The order's duplicate payment it pays back (`dp_…`), if it is one's: then on that
+    /// payment's chain and token, and not counted in the intent's `amount_refunded`.
+    pub duplicate_payment: Option<String>,
 }
 
 /// A refund with its merchant, as every query reads it.
@@ -83,6 +88,7 @@ pub struct Row {
     pub expires_at: OffsetDateTime,
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
+    pub duplicate_payment: Option<String>,
 }
 
 impl From<Row> for Refund {
@@ -104,6 +110,7 @@ impl From<Row> for Refund {
             expires_at: row.expires_at,
             created_at: row.created_at,
             updated_at: row.updated_at,
+            duplicate_payment: row.duplicate_payment,
         }
     }
 }
@@ -112,6 +119,10 @@ impl From<Row> for Refund {
 pub struct NewRefund<'a> {
     /// `None`: all that is left to refund.
     pub amount: Option<&'a Amount>,
+    /// The id of an order's duplicate payment to pay back instead of the intent's payment.
+    pub duplicate_payment: Option<&'a str>,
+    /// Where a duplicate payment goes back to: its sender if `None`.
+    pub destination: Option<Address>,
     pub reason: Option<Reason>,
     pub expires_in: ExpiresIn,
 }
@@ -137,24 +148,40 @@ pub enum CreateError {
 /// Creates a refund of the merchant's paid intent and its `refund.created` event. The intent's
 /// row is locked first, so of two racing refunds the second sums the first: refunds that may
 /// still move money (all but `failed`) never exceed what the intent was paid.
+/// `duplicate` is the duplicate payment `new` names, as the intent lists it.
 pub async fn create(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     intent: &IntentId,
     new: &NewRefund<'_>,
+    duplicate: Option<&DuplicatePayment>,
 ) -> Result<Refund, CreateError> {
     let paid = intents::lock_for_refund(conn, merchant, intent)
         .await?
         .ok_or(CreateError::NoIntent)?;
-    if !paid.paid {
-        return Err(CreateError::NotPaid(paid.state));
-    }
+    // What is paid back: the intent's payment, or one of its duplicate payments, each on its own.
+    let (duplicate, chain, token, payer, total) = match duplicate {
+        None if !paid.paid => return Err(CreateError::NotPaid(paid.state)),
+        None => (None, paid.chain, paid.token, paid.payer, paid.amount),
+        Some(duplicate) => (
+            Some(duplicate.id.as_str()),
+            duplicate.chain.clone(),
+            duplicate.token.clone(),
+            Some(
+                new.destination
+                    .map_or_else(|| duplicate.from.clone(), |d| d.to_checksum()),
+            ),
+            duplicate.amount.clone(),
+        ),
+    };
     // A statement of its own, after the lock: it sees every refund committed before the lock.
     let reserved = sqlx::query_scalar!(
         r#"SELECT COALESCE(sum(amount), 0)::text AS "reserved!" FROM refunds
-            WHERE merchant_id = $1 AND intent_id = $2 AND state <> 'failed'"#,
+            WHERE merchant_id = $1 AND intent_id = $2 AND state <> 'failed'
+              AND duplicate_payment IS NOT DISTINCT FROM $3"#,
         merchant.as_str(),
         intent.as_str(),
+        duplicate,
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -162,7 +189,7 @@ pub async fn create(
         raw.parse::<U256>()
             .map_err(|e| sqlx::Error::Decode(format!("stored amount {raw}: {e}").into()))
     };
-    let refundable = number(&paid.amount)?.saturating_sub(number(&reserved)?);
+    let refundable = number(&total)?.saturating_sub(number(&reserved)?);
     let requested = match new.amount {
         Some(amount) => number(amount.as_str())?,
         None => refundable,
@@ -178,12 +205,13 @@ pub async fn create(
         Row,
         r#"
         INSERT INTO refunds (merchant_id, id, intent_id, state, version, amount, chain, token, payee, payer,
-                             reason, chain_nonce, expires_at)
+                             reason, chain_nonce, expires_at, duplicate_payment)
         VALUES ($1, $3, $2, 'created', 1, $4::text::numeric, $8, $9, $10, $11, $5, $6,
-                date_trunc('second', now() + make_interval(secs => $7)))
+                date_trunc('second', now() + make_interval(secs => $7)), $12)
         RETURNING merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                   amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
-                  pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
+                  pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
+               duplicate_payment
         "#,
         merchant.as_str(),
         intent.as_str(),
@@ -192,10 +220,11 @@ pub async fn create(
         new.reason.map(Reason::as_str),
         &domain::chain_nonce(id.as_str())[..],
         f64::from(new.expires_in.seconds()),
-        paid.chain,
-        paid.token,
+        chain,
+        token,
         paid.payee,
-        paid.payer,
+        payer,
+        duplicate,
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -235,7 +264,8 @@ pub async fn find(
         r#"
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
-               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
+               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
+               duplicate_payment
           FROM refunds WHERE merchant_id = $1 AND id = $2
         "#,
         merchant.as_str(),
@@ -280,7 +310,8 @@ pub async fn list(
         r#"
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
-               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
+               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
+               duplicate_payment
           FROM refunds
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR intent_id = $2)
@@ -352,7 +383,8 @@ pub async fn apply(
             )
             SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                    amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
-                   pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
+                   pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
+               duplicate_payment
               FROM moved
             "#,
             merchant,
@@ -366,7 +398,8 @@ pub async fn apply(
         .await?;
         if let Some(row) = moved {
             let refund = Refund::from(row);
-            if refund.state == RefundState::Succeeded {
+            // A duplicate payment's refund returns money the order never counted.
+            if refund.state == RefundState::Succeeded && refund.duplicate_payment.is_none() {
                 intents::add_refunded(conn, merchant, &refund.payment_intent, &refund.amount)
                     .await?;
             }
@@ -460,7 +493,8 @@ pub async fn expire_due(
         )
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
-               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at
+               pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
+               duplicate_payment
           FROM moved
         "#,
         chain,

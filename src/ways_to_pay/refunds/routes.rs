@@ -23,7 +23,7 @@ use crate::{
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit},
     idempotency::Tx,
-    intents::domain::{Amount, ExpiresIn, IntentId},
+    intents::domain::{Address, Amount, ExpiresIn, IntentId},
     rails::{
         Chains,
         eip3009::{AuthorizationDocument, ConfirmRequest},
@@ -59,9 +59,19 @@ pub struct CreateRefundRequest {
     #[serde(default)]
     #[schema(value_type = Option<i64>, minimum = 60, maximum = 86400, default = 86400)]
     pub expires_in_seconds: Option<ExpiresIn>,
+    /// One of the order's `duplicate_payments` (`dp_…`) to pay back, on its chain and token,
+    /// instead of the order's payment.
+    #[serde(default)]
+    #[schema(example = "dp_0b5e6c1d2f3a4b5c6d7e8f90")]
+    pub duplicate_payment: Option<String>,
+    /// Where a duplicate payment goes back to: its sender when absent (an exchange's deposit
+    /// address may not credit it back; name the payer's own wallet then).
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$")]
+    pub destination: Option<Address>,
 }
 
-/// Refund a paid payment intent, in whole or in part.
+/// Refund a paid payment intent, in whole or in part, or one of an order's duplicate payments.
 #[utoipa::path(
     post,
     path = "/v1/payment_intents/{id}/refunds",
@@ -90,6 +100,8 @@ pub async fn create(
         expires_in: request
             .expires_in_seconds
             .unwrap_or_else(|| ExpiresIn::parse(ExpiresIn::MAX).expect("the maximum is valid")),
+        duplicate_payment: request.duplicate_payment.as_deref(),
+        destination: request.destination,
     };
     let refund = payments::create(&mut tx, &chains, &merchant, &intent, &new).await?;
     let location = HeaderValue::try_from(format!("/v1/refunds/{}", refund.id))
