@@ -57,8 +57,9 @@ pub struct DuplicatePayment {
     pub transaction_hash: String,
     /// Who sent it, EIP-55 checksummed.
     pub from: String,
-    /// Where it arrived: the option's deposit address.
-    pub deposit_address: String,
+    /// Where it arrived: the option's deposit address; `null` for an authorization of another
+    /// option that its payer submitted.
+    pub deposit_address: Option<String>,
 }
 
 impl DuplicatePayment {

@@ -380,11 +380,17 @@ pub struct NonceOwner {
     pub payer: Option<String>,
     pub payee: String,
     pub amount: String,
+    /// An order's authorization option that is not the one paying it (an order not chosen yet,
+    /// or chosen with another option or payer): its authorizer is its payer, its amount the
+    /// option's.
+    pub option_id: Option<String>,
 }
 
-/// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain`, in any state.
-/// A nonce belongs to its authorizer: another address using the same bytes is no intent of ours.
-/// The one lookup of an intent by what the chain shows (the payment watch, x402, reconcile).
+/// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain`, in any state:
+/// an intent naming them, else an order with an authorization option on that chain and token (the
+/// order's nonce is every option's). A nonce belongs to its authorizer: another address using the
+/// same bytes is no intent of ours. The one lookup of an intent by what the chain shows (the
+/// payment watch, x402, reconcile).
 pub async fn by_chain_nonce(
     conn: &mut PgConnection,
     chain: &str,
@@ -394,8 +400,20 @@ pub async fn by_chain_nonce(
 ) -> Result<Option<NonceOwner>, sqlx::Error> {
     sqlx::query_as!(
         NonceOwner,
-        r#"SELECT merchant_id, id, payer, payee, amount::text AS "amount!" FROM payment_intents
-            WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4"#,
+        r#"SELECT merchant_id AS "merchant_id!", id AS "id!", payer, payee AS "payee!",
+                  amount AS "amount!", option_id
+             FROM (SELECT 0 AS rank, merchant_id, id, payer, payee, amount::text AS amount,
+                          NULL::text AS option_id
+                     FROM payment_intents
+                    WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4
+                   UNION ALL
+                   SELECT 1, p.merchant_id, p.id, $4, p.payee, o->>'amount', o->>'id'
+                     FROM payment_intents p, jsonb_array_elements(p.payment_options) AS o
+                    WHERE p.chain_nonce = $1 AND p.currency IS NOT NULL
+                      AND o->>'chain' = $2 AND o->>'token' = $3
+                      AND o->>'payment_method' = 'authorization') AS owners
+            ORDER BY rank
+            LIMIT 1"#,
         nonce,
         chain,
         token,
@@ -655,13 +673,18 @@ pub async fn name_payer(
     Ok(())
 }
 
-/// Every (token, payee) pair an intent on `chain` names: where its payments go.
+/// Every (token, payee) pair an intent on `chain` names, or an order's option on it: where their
+/// payments go.
 pub async fn payees_on(
     conn: &mut PgConnection,
     chain: &str,
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"SELECT DISTINCT token AS "token!", payee FROM payment_intents WHERE chain = $1"#,
+        r#"SELECT token AS "token!", payee AS "payee!" FROM payment_intents WHERE chain = $1
+           UNION
+           SELECT o->>'token', p.payee
+             FROM payment_intents p, jsonb_array_elements(p.payment_options) AS o
+            WHERE p.currency IS NOT NULL AND o->>'chain' = $1"#,
         chain
     )
     .fetch_all(conn)

@@ -856,3 +856,58 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
         assert!(agreed, "{}: {output}", chain.name());
     }
 }
+
+#[tokio::test]
+async fn authorizations_of_two_options_the_payer_submits_pay_once_and_the_second_is_a_duplicate() {
+    let anvil = Anvil::start().await;
+    // No relayer: the payer sends both authorizations themselves, no confirm at all.
+    let app = app_on(&anvil, 1, false).await;
+    accept_assets(&app).await;
+    let order = create_order(&app, json!({"amount": "2.00", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let by_token = id_of(option(&order, TOKEN, "authorization"));
+    let by_usdc = id_of(option(&order, USDC, "authorization"));
+    let (token_typed, token_signature) = signed(&app, &anvil, id, &by_token).await;
+    let (usdc_typed, usdc_signature) = signed(&app, &anvil, id, &by_usdc).await;
+    let before = (
+        anvil.balance_of(TOKEN, PAYEE),
+        anvil.balance_of(USDC, PAYEE),
+    );
+
+    // The first on chain chooses its option and pays the order.
+    anvil.submit_as_payer(&token_typed, &token_signature);
+    app.wait_for_state(id, "succeeded").await;
+    let paid = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(paid["selected_option"], by_token.as_str());
+    assert_eq!(paid["payer"], PAYER);
+    assert_eq!(paid["token"], TOKEN);
+    assert!(paid["settlement"]["transaction_hash"].is_string(), "{paid}");
+
+    // The second moves money too: booked and listed, never counted.
+    anvil.submit_as_payer(&usdc_typed, &usdc_signature);
+    app.wait_until(
+        "the second listed as a duplicate payment",
+        &format!("(SELECT jsonb_array_length(duplicate_payments) FROM payment_intents WHERE id = '{id}') = 1"),
+    )
+    .await;
+    assert_eq!(anvil.balance_of(TOKEN, PAYEE) - before.0, 2_000_000);
+    assert_eq!(anvil.balance_of(USDC, PAYEE) - before.1, 2_000_000);
+    let now = app.get_intent(DEMO_TOKEN, id).await.json();
+    let duplicate = &now["duplicate_payments"][0];
+    assert_eq!(duplicate["token"], USDC);
+    assert_eq!(duplicate["amount"], "2000000");
+    assert_eq!(duplicate["from"], PAYER);
+    assert_eq!(duplicate["deposit_address"], Value::Null);
+    assert_eq!(now["selected_option"], by_token.as_str());
+    let payments: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+    )
+    .bind(id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(payments, 2, "both payments are in the ledger");
+    app.wait_for_listener(&anvil).await;
+    let (agreed, output) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{output}");
+}

@@ -3,6 +3,8 @@
 //! `AuthorizationCanceled` of the EIP-3009 tokens read on that chain; a use of an intent's nonce
 //! by its payer settles the intent if the same transaction's transfer paid it and fails it
 //! otherwise; a cancellation fails it. Either holds the intent's expiry off (`ExpiryHolds`).
+//! An authorization of an order's option that its payer submitted without a confirm chooses
+//! that option if the order has none yet, and is a duplicate payment if it has another.
 
 use alloy::rpc::types::Log;
 use serde::{Deserialize, Serialize};
@@ -12,6 +14,8 @@ use time::OffsetDateTime;
 use crate::{
     config::ChainEndpoint,
     intents::{
+        domain::Address,
+        order::DuplicatePayment,
         repo::{self, Settlement, TransitionError},
         state::{Action, Actor},
     },
@@ -54,6 +58,8 @@ pub enum PaymentOutcome {
     AuthorizationCanceled,
     /// The intent had already moved (an earlier observation of the nonce) or is final.
     Ignored,
+    /// An order's other option paid it again: booked and listed, not counted.
+    DuplicatePayment,
 }
 
 impl Outcome for PaymentOutcome {
@@ -63,6 +69,7 @@ impl Outcome for PaymentOutcome {
             Self::NonceUsedOtherwise => "nonce_used_otherwise",
             Self::AuthorizationCanceled => "authorization_canceled",
             Self::Ignored => "ignored",
+            Self::DuplicatePayment => "duplicate_payment",
         }
     }
 }
@@ -77,6 +84,12 @@ struct NonceUse {
     transfer: Option<Transfer>,
     /// Whether that transfer is the intent's payment: its payer, payee and amount.
     pays_intent: bool,
+    /// The order's option whose authorization it is, when it is not the one paying the order.
+    #[serde(default)]
+    option_id: Option<String>,
+    /// Who signed it.
+    #[serde(default)]
+    authorizer: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -137,6 +150,8 @@ impl Watch for PaymentWatch {
             token,
             transfer,
             pays_intent,
+            option_id: intent.option_id,
+            authorizer: Some(authorizer.to_checksum(None)),
         };
         Observed::new(kind, intent.id, &payload).map(Some)
     }
@@ -151,6 +166,11 @@ impl Watch for PaymentWatch {
         o: &Observation,
     ) -> Result<PaymentOutcome, WatchError> {
         let (kind, used): (NonceKind, NonceUse) = o.read()?;
+        if let Some(option_id) = &used.option_id {
+            return self
+                .apply_option(tx, chain, o, kind, &used, option_id)
+                .await;
+        }
         let (action, outcome) = match (kind, used.pays_intent) {
             (NonceKind::Canceled, _) => (
                 Action::CancelAuthorization,
@@ -188,22 +208,117 @@ impl Watch for PaymentWatch {
             Err(TransitionError::NotFound) => PaymentOutcome::Ignored,
             Err(TransitionError::Database(e)) => return Err(e.into()),
         };
-        if let (true, Some(transfer)) = (used.pays_intent, &used.transfer) {
-            let event = ledger::ChainEvent {
-                chain: &chain.name,
-                transaction_hash: &o.transaction_hash,
-                log_index: o.log_index,
-            };
-            let payment = ledger::Entry::payment(
-                &used.merchant_id,
-                &used.intent_id,
-                &transfer.from,
-                event,
-                &used.token,
-                &transfer.value,
-            );
-            ledger::post(tx, &payment).await?;
-        }
+        book(tx, chain, o, &used).await?;
         Ok(outcome)
+    }
+}
+
+/// Books a payment the transfer made to the merchant, whatever the intent could still do, since
+/// the money moved.
+async fn book(
+    tx: &mut PgConnection,
+    chain: &ChainEndpoint,
+    o: &Observation,
+    used: &NonceUse,
+) -> Result<(), WatchError> {
+    if let (true, Some(transfer)) = (used.pays_intent, &used.transfer) {
+        let event = ledger::ChainEvent {
+            chain: &chain.name,
+            transaction_hash: &o.transaction_hash,
+            log_index: o.log_index,
+        };
+        let payment = ledger::Entry::payment(
+            &used.merchant_id,
+            &used.intent_id,
+            &transfer.from,
+            event,
+            &used.token,
+            &transfer.value,
+        );
+        ledger::post(tx, &payment).await?;
+    }
+    Ok(())
+}
+
+impl PaymentWatch {
+    /// The authorization of an order's option, used without a confirm of it: it chooses the
+    /// option and pays the order if the order has none yet, and is a duplicate payment if it has
+    /// another (`docs/settlement.md`, "Orders and options"). A cancellation, or a use that moved
+    /// something else, leaves the order as it is: only the chosen option's nonce is the order's.
+    async fn apply_option(
+        &self,
+        tx: &mut PgConnection,
+        chain: &ChainEndpoint,
+        o: &Observation,
+        kind: NonceKind,
+        used: &NonceUse,
+        option_id: &str,
+    ) -> Result<PaymentOutcome, WatchError> {
+        let (NonceKind::Used, true, Some(transfer), Some(authorizer)) =
+            (kind, used.pays_intent, &used.transfer, &used.authorizer)
+        else {
+            return Ok(PaymentOutcome::Ignored);
+        };
+        let option = repo::option_of(tx, &used.merchant_id, &used.intent_id, option_id)
+            .await?
+            .ok_or_else(|| {
+                WatchError::unreadable(format!(
+                    "payment intent {} has no option {option_id}",
+                    used.intent_id
+                ))
+            })?;
+        let payer = Address::parse(authorizer).map_err(WatchError::unreadable)?;
+        let choice = repo::choose_option(
+            tx,
+            &used.merchant_id,
+            &used.intent_id,
+            &option,
+            Some(&payer),
+        )
+        .await?;
+        book(tx, chain, o, used).await?;
+        let moved = match choice {
+            repo::Choice::Chosen => {
+                let settlement = Settlement {
+                    transaction_hash: o.transaction_hash.clone(),
+                    block_number: o.block_number as u64,
+                    block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
+                        .map_err(WatchError::unreadable)?,
+                };
+                repo::apply_paid(
+                    tx,
+                    &used.merchant_id,
+                    &used.intent_id,
+                    Action::Settle,
+                    &Actor::Chain,
+                    Some(&settlement),
+                )
+                .await
+                .map(|_| PaymentOutcome::Succeeded)
+            }
+            repo::Choice::Taken { .. } => {
+                let duplicate = DuplicatePayment {
+                    id: DuplicatePayment::new_id(),
+                    chain: chain.name.clone(),
+                    token: used.token.clone(),
+                    amount: transfer.value.clone(),
+                    transaction_hash: o.transaction_hash.clone(),
+                    from: transfer.from.clone(),
+                    deposit_address: None,
+                };
+                tracing::warn!(chain = %chain.name, intent = %used.intent_id, option = %option_id, tx = %o.transaction_hash, "an order paid again by another option's authorization: booked and listed as a duplicate payment");
+                repo::record_duplicate(tx, &used.merchant_id, &used.intent_id, &duplicate)
+                    .await
+                    .map(|_| PaymentOutcome::DuplicatePayment)
+            }
+        };
+        match moved {
+            Ok(outcome) => Ok(outcome),
+            Err(TransitionError::Database(e)) => Err(e.into()),
+            Err(e) => {
+                tracing::warn!(chain = %chain.name, intent = %used.intent_id, error = %e, "an option's payment for an order that cannot move");
+                Ok(PaymentOutcome::Ignored)
+            }
+        }
     }
 }

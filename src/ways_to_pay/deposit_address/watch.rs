@@ -293,7 +293,7 @@ impl Watch for DepositWatch {
                 amount: transfer.value.clone(),
                 transaction_hash: o.transaction_hash.clone(),
                 from: transfer.from.clone(),
-                deposit_address: transfer.deposit_address.clone(),
+                deposit_address: Some(transfer.deposit_address.clone()),
             };
             match repo::record_duplicate(tx, &transfer.merchant_id, &transfer.intent_id, &duplicate)
                 .await
