@@ -15,7 +15,10 @@ use crate::{
         state::IntentState,
     },
     merchants,
-    rails::{evm::deposit, tokens},
+    rails::{
+        evm::deposit,
+        tokens::{self, in_units},
+    },
     ways_to_pay::deposit_address,
 };
 
@@ -259,32 +262,4 @@ fn qr_svg(text: &str) -> Option<String> {
             .light_color(qrcode::render::svg::Color("#ffffff"))
             .build(),
     )
-}
-
-/// `base_units` (decimal digits) in units of `decimals` places: at least two fractional digits
-/// when the token has them (`100.00`), no trailing zeros past them (`0.125`).
-pub fn in_units(base_units: &str, decimals: u8) -> String {
-    let places = usize::from(decimals);
-    if places == 0 {
-        return base_units.to_owned();
-    }
-    let padded = format!("{base_units:0>width$}", width = places + 1);
-    let (whole, fraction) = padded.split_at(padded.len() - places);
-    let keep = fraction.trim_end_matches('0').len().max(places.min(2));
-    format!("{whole}.{}", &fraction[..keep])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::in_units;
-
-    #[test]
-    fn amounts_read_in_the_tokens_units() {
-        assert_eq!(in_units("100000000", 6), "100.00");
-        assert_eq!(in_units("125000", 6), "0.125");
-        assert_eq!(in_units("1", 6), "0.000001");
-        assert_eq!(in_units("1500000000000000000", 18), "1.50");
-        assert_eq!(in_units("7", 0), "7");
-        assert_eq!(in_units("5", 1), "0.5");
-    }
 }

@@ -682,13 +682,19 @@ async fn followed(app: &TestApp, chain: &Anvil) {
     .await;
 }
 
+/// Anvil as 31337 and as 31338, and the app settling on both at once, its relayer on.
+async fn on_two_chains(confirmations: u64) -> (Anvil, Anvil, TestApp) {
+    let first = Anvil::start().await;
+    let second = Anvil::start_as(31338, &[]).await;
+    let app = app_on_chains(&[&first, &second], confirmations, true).await;
+    (first, second, app)
+}
+
 #[tokio::test]
 async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_booked_not_counted()
 {
-    let first = Anvil::start().await;
-    let second = Anvil::start_as(31338, &[]).await;
+    let (first, second, app) = on_two_chains(1).await;
     let chains = [&first, &second];
-    let app = app_on_chains(&chains, 1, true).await;
     let assets = [("evm:31337", TOKEN, "usd"), ("evm:31338", USDC, "usd")];
     accept(&app, "two-chains", &assets).await;
     let order = create_order(&app, json!({"amount": "4.00", "currency": "usd"})).await;
@@ -753,6 +759,13 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
     assert_eq!(duplicates.len(), 1, "{now}");
     assert_eq!(duplicates[0]["chain"], "evm:31337");
     assert_eq!(duplicates[0]["amount"], "4000000");
+    // What the merchant holds, per chain and token, and in dollars across both (at par).
+    let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
+    assert_eq!(balances["data"].as_array().unwrap().len(), 2, "{balances}");
+    assert_eq!(
+        balances["totals"],
+        json!([{"currency": "usd", "amount": "8.00"}])
+    );
     followed(&app, &first).await;
     followed(&app, &second).await;
     for chain in chains {
@@ -764,10 +777,8 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
 #[tokio::test]
 async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_option_that_stayed()
 {
-    let first = Anvil::start().await;
-    let second = Anvil::start_as(31338, &[]).await;
+    let (first, second, app) = on_two_chains(3).await;
     let chains = [&first, &second];
-    let app = app_on_chains(&chains, 3, true).await;
     let assets = [("evm:31337", TOKEN, "usd"), ("evm:31338", TOKEN, "usd")];
     accept(&app, "reorg", &assets).await;
     let order = create_order(&app, json!({"amount": "1.50", "currency": "usd"})).await;

@@ -88,7 +88,7 @@ async fn a_confirmed_intent_is_relayed_and_settles_once_confirmed() {
     let balances = app.get_as(DEMO_TOKEN, "/v1/balances").await.json();
     assert_eq!(
         balances,
-        json!({"data": [{"chain": "evm:31337", "token": crate::helpers::chain::TOKEN, "amount": "100000000"}]})
+        json!({"data": [{"chain": "evm:31337", "token": crate::helpers::chain::TOKEN, "amount": "100000000"}], "totals": []})
     );
     let metrics = app.get("/metrics").await.body;
     for series in [
