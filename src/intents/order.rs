@@ -33,13 +33,6 @@ pub struct PaymentOption {
     pub deposit_address: Option<String>,
 }
 
-impl PaymentOption {
-    /// Any string that could not be an option id is simply no option.
-    pub fn is_id(raw: &str) -> bool {
-        ids::is_valid("po_", raw)
-    }
-}
-
 /// Money that reached an order another way than the option that pays it: another option's
 /// deposit address (on any chain), or an address of an order that left `created` unchosen.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -84,6 +84,18 @@ async fn confirm(app: &TestApp, id: &str, key: &str, body: Value) -> Answer {
     .await
 }
 
+/// The payer's confirm of order `id` by `option`, signed `signature`, under `key`.
+async fn confirm_option(
+    app: &TestApp,
+    id: &str,
+    key: &str,
+    option: &str,
+    signature: &str,
+) -> Answer {
+    let body = json!({"option": option, "payer": PAYER, "signature": signature});
+    confirm(app, id, key, body).await
+}
+
 /// The payer's signature of `option` of order `id`: the document fetched and signed by cast.
 async fn signed(app: &TestApp, anvil: &Anvil, id: &str, option: &str) -> (Value, String) {
     let answer = authorization(app, id, &format!("option={option}&payer={PAYER}")).await;
@@ -195,13 +207,7 @@ async fn an_order_offers_each_accepted_asset_each_way_and_the_payers_confirm_cho
         PAYEE.to_lowercase()
     );
     let before = anvil.balance_of(USDC, PAYEE);
-    let confirmed = confirm(
-        &app,
-        id,
-        "confirm-usdc",
-        json!({"option": usdc, "payer": PAYER, "signature": signature}),
-    )
-    .await;
+    let confirmed = confirm_option(&app, id, "confirm-usdc", &usdc, &signature).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     let confirmed = confirmed.json();
     assert_eq!(confirmed["state"], "processing");
@@ -214,13 +220,7 @@ async fn an_order_offers_each_accepted_asset_each_way_and_the_payers_confirm_cho
 
     // Another option cannot pay it now, by confirm or by a document to sign.
     let token_option = id_of(option(&order, TOKEN, "authorization"));
-    let other = confirm(
-        &app,
-        id,
-        "confirm-token",
-        json!({"option": token_option, "payer": PAYER, "signature": signature}),
-    )
-    .await;
+    let other = confirm_option(&app, id, "confirm-token", &token_option, &signature).await;
     assert_eq!(other.status, 409, "{}", other.body);
     assert_eq!(other.json()["error"], "payment_in_progress");
     let document = authorization(&app, id, &format!("option={token_option}&payer={PAYER}")).await;
@@ -714,13 +714,7 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
         first.balance_of(TOKEN, PAYEE),
         second.balance_of(USDC, PAYEE),
     );
-    let confirmed = confirm(
-        &app,
-        id,
-        "second-chain",
-        json!({"option": on_second, "payer": PAYER, "signature": signature}),
-    )
-    .await;
+    let confirmed = confirm_option(&app, id, "second-chain", &on_second, &signature).await;
     assert_eq!(confirmed.status, 200, "{}", confirmed.body);
     assert_eq!(confirmed.json()["chain"], "evm:31338");
     app.wait_for_state(id, "succeeded").await;

@@ -222,7 +222,7 @@ impl Payment {
                 let option = intent
                     .payment_options
                     .iter()
-                    .find(|o| PaymentOption::is_id(raw) && o.id == *raw)
+                    .find(|o| o.id == *raw)
                     .ok_or_else(|| {
                         invalid(
                             "option",
