@@ -22,7 +22,6 @@ use crate::{
     rails::{
         evm::token::{Eip712Token, Eip3009},
         rpc::Node,
-        tokens,
     },
     ways_to_pay::refunds,
 };
@@ -162,50 +161,43 @@ async fn deposits(
     if addresses.is_empty() {
         return Ok(());
     }
-    // The tokens the follower reads on this chain (the deposit watch's, joined with the payment
-    // watch's): a transfer of any of them to a deposit address is booked.
-    let mut tokens = intents::repo::deposit_tokens_on(conn, &chain.name).await?;
-    tokens.extend(tokens::known_on(conn, chain).await?);
-    tokens.sort();
-    tokens.dedup();
-    let tokens: Vec<Address> = tokens.iter().filter_map(|t| t.parse().ok()).collect();
+    // Every contract's transfers, not only the tokens the follower reads: money in any token
+    // that reached a deposit address must be booked.
     // (transaction, log index) → (deposit address, token, signed amount on its account).
     let mut on_chain: BTreeMap<(String, i64), (String, String, String)> = BTreeMap::new();
-    for token in &tokens {
-        for chunk in addresses.chunks(ADDRESSES_PER_QUERY) {
-            let words: Vec<B256> = chunk.iter().map(|a| a.into_word()).collect();
-            let mut from = 0;
-            while from <= confirmed {
-                let to_block = (from + BLOCKS_PER_QUERY - 1).min(confirmed);
-                let range = Filter::new()
-                    .address(*token)
-                    .event_signature(Eip3009::Transfer::SIGNATURE_HASH)
-                    .from_block(from)
-                    .to_block(to_block);
-                for (filter, sign) in [
-                    (range.clone().topic2(words.clone()), ""),
-                    (range.topic1(words.clone()), "-"),
-                ] {
-                    for log in node.get_logs(&filter).await? {
-                        let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
-                            continue;
-                        };
-                        let Ok(sent) = Eip3009::Transfer::decode_log_data(log.data()) else {
-                            continue;
-                        };
-                        let address = if sign.is_empty() { sent.to } else { sent.from };
-                        on_chain.insert(
-                            (tx.to_string(), index as i64),
-                            (
-                                address.to_checksum(None),
-                                token.to_checksum(None),
-                                format!("{sign}{}", sent.value),
-                            ),
-                        );
-                    }
+    for chunk in addresses.chunks(ADDRESSES_PER_QUERY) {
+        let words: Vec<B256> = chunk.iter().map(|a| a.into_word()).collect();
+        let mut from = 0;
+        while from <= confirmed {
+            let to_block = (from + BLOCKS_PER_QUERY - 1).min(confirmed);
+            let range = Filter::new()
+                .event_signature(Eip3009::Transfer::SIGNATURE_HASH)
+                .from_block(from)
+                .to_block(to_block);
+            for (filter, sign) in [
+                (range.clone().topic2(words.clone()), ""),
+                (range.topic1(words.clone()), "-"),
+            ] {
+                for log in node.get_logs(&filter).await? {
+                    let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                        continue;
+                    };
+                    // An ERC-721 `Transfer` has the same topic 0 and its id as a fourth topic.
+                    let Ok(sent) = Eip3009::Transfer::decode_log_data(log.data()) else {
+                        continue;
+                    };
+                    let address = if sign.is_empty() { sent.to } else { sent.from };
+                    on_chain.insert(
+                        (tx.to_string(), index as i64),
+                        (
+                            address.to_checksum(None),
+                            log.address().to_checksum(None),
+                            format!("{sign}{}", sent.value),
+                        ),
+                    );
                 }
-                from = to_block + 1;
             }
+            from = to_block + 1;
         }
     }
     let booked: BTreeMap<(String, i64), (String, String, String)> =

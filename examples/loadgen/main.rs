@@ -6,6 +6,7 @@
 
 mod deposits;
 mod endpoint_cost;
+mod orders;
 mod retention;
 mod settlement;
 mod tenants;
@@ -120,6 +121,7 @@ struct Report {
     endpoint_cost: Option<endpoint_cost::EndpointCostReport>,
     settlement: Option<settlement::SettlementReport>,
     deposits: Option<deposits::DepositReport>,
+    orders: Option<orders::OrderReport>,
     x402: Option<x402::X402Report>,
     retention: Option<retention::RetentionReport>,
     noisy_neighbour: Option<tenants::NoisyNeighbourReport>,
@@ -261,6 +263,14 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let orders = if wanted("orders") {
+        let (report, measured) =
+            orders::run(&api_bin, &args.server, &args.api_env, clients, duration).await?;
+        workloads.extend(measured);
+        Some(report)
+    } else {
+        None
+    };
     let x402 = if wanted("x402") {
         Some(
             x402::run(
@@ -308,6 +318,7 @@ async fn main() -> anyhow::Result<()> {
         endpoint_cost,
         settlement,
         deposits,
+        orders,
         x402,
         retention,
         noisy_neighbour,
@@ -343,6 +354,8 @@ async fn empty_database(server: &str, name: &str) -> anyhow::Result<String> {
 #[derive(Clone)]
 enum Op {
     CreateFresh,
+    /// A fresh order priced in a currency ([`orders::ORDER_BODY`]).
+    CreateOrder,
     CreateUnkeyed,
     Replay(Arc<Vec<String>>),
     Get(Arc<Vec<String>>),
@@ -403,13 +416,17 @@ impl HttpConnection {
     }
 
     async fn post(&mut self, key: Option<&str>) -> anyhow::Result<u16> {
+        self.post_body(key, BODY).await
+    }
+
+    async fn post_body(&mut self, key: Option<&str>, body: &'static str) -> anyhow::Result<u16> {
         let mut request = self
             .request(Method::POST, "/v1/payment_intents")
             .header(header::CONTENT_TYPE, "application/json");
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
-        self.send(request.body(Full::new(Bytes::from_static(BODY.as_bytes())))?)
+        self.send(request.body(Full::new(Bytes::from_static(body.as_bytes())))?)
             .await
     }
 
@@ -444,6 +461,14 @@ async fn once(op: &Op, connection: &mut HttpConnection, rng: &mut u64) -> anyhow
                 SEQUENCE.fetch_add(1, Ordering::Relaxed)
             );
             connection.post(Some(&key)).await
+        }
+        Op::CreateOrder => {
+            let key = format!(
+                "bench-order-{}-{}",
+                std::process::id(),
+                SEQUENCE.fetch_add(1, Ordering::Relaxed)
+            );
+            connection.post_body(Some(&key), orders::ORDER_BODY).await
         }
         Op::CreateUnkeyed => connection.post(None).await,
         Op::Replay(keys) => {
@@ -805,6 +830,23 @@ fn print_report(report: &Report) {
                 run.transfers, run.open_intents, run.observed_ms, run.applied_ms
             );
         }
+    }
+    if let Some(o) = &report.orders {
+        let rounds: Vec<String> = o
+            .rounds
+            .iter()
+            .map(|(fixed, order)| format!("{fixed:.0}/{order:.0}"))
+            .collect();
+        let cpu = |us: Option<f64>| us.map_or("n/a".to_owned(), |us| format!("{us:.0}"));
+        println!(
+            "orders: an order with {} options costs {:.2} x a fixed create (median of fixed/order req/s: {}); \
+             API CPU per create {} µs fixed, {} µs order",
+            o.options,
+            o.median_cost,
+            rounds.join(", "),
+            cpu(o.api_cpu_us.0),
+            cpu(o.api_cpu_us.1),
+        );
     }
     if let Some(n) = &report.noisy_neighbour {
         let statuses = |w: &Workload| format!("{:?}", w.statuses);

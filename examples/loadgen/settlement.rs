@@ -64,10 +64,16 @@ pub fn start_anvil() -> anyhow::Result<(Anvil, String)> {
     start_anvil_with(&["--block-time", &BLOCK_SECONDS.to_string()])
 }
 
-/// Anvil on chain 31337 with `args`; returns it and its RPC URL.
+/// Anvil with `args`, on chain 31337 unless they name another; returns it and its RPC URL.
 pub fn start_anvil_with(args: &[&str]) -> anyhow::Result<(Anvil, String)> {
+    let chain_id = if args.contains(&"--chain-id") {
+        &[][..]
+    } else {
+        &["--chain-id", "31337"][..]
+    };
     let mut child = Command::new(anvil_bin())
-        .args(["--port", "0", "--chain-id", "31337"])
+        .args(["--port", "0"])
+        .args(chain_id)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

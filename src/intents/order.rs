@@ -33,8 +33,8 @@ pub struct PaymentOption {
     pub deposit_address: Option<String>,
 }
 
-/// Money that reached an order another way than the option that pays it: another option's
-/// deposit address (on any chain), or an address of an order that left `created` unchosen.
+/// Money that reached an intent and was not counted toward it: at an order's address another way
+/// than the option that pays it, or in a token the address was not made for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DuplicatePayment {
     /// `dp_` + 24 lowercase hex digits.
@@ -53,6 +53,19 @@ pub struct DuplicatePayment {
     /// Where it arrived: the option's deposit address; `null` for an authorization of another
     /// option that its payer submitted.
     pub deposit_address: Option<String>,
+    #[serde(default)]
+    pub reason: DuplicateReason,
+}
+
+/// Why money that reached an intent was not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateReason {
+    /// The order was paid, or is being paid, by another option, or left `created` unchosen.
+    #[default]
+    PaidOtherwise,
+    /// A token the deposit address was not made for: any ERC-20 sent to it.
+    UnacceptedToken,
 }
 
 impl DuplicatePayment {

@@ -544,6 +544,43 @@ pub async fn deposit_addresses_on(
     .await
 }
 
+/// The deposit addresses on `chain` made since `since`, intents' own and orders' options'.
+pub async fn deposit_addresses_made_since(
+    conn: &mut PgConnection,
+    chain: &str,
+    since: OffsetDateTime,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"SELECT deposit_address AS "address!" FROM payment_intents
+            WHERE chain = $1 AND deposit_address IS NOT NULL AND created_at > $2
+              AND currency IS NULL
+           UNION ALL
+           SELECT deposit_address FROM payment_option_addresses
+            WHERE chain = $1 AND created_at > $2"#,
+        chain,
+        since,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Reads `token`'s transfers on `chain` from now on, as a deposit intent's token is: a token first
+/// seen at a deposit address, whose sweep and later arrivals are then followed and reconciled.
+pub async fn watch_deposit_token(
+    conn: &mut PgConnection,
+    chain: &str,
+    token: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "INSERT INTO deposit_tokens (chain, token) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        chain,
+        token
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The option `option_id` of the merchant's order `id`; `None` if it has no such option.
 pub async fn option_of(
     conn: &mut PgConnection,

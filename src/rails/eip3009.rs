@@ -342,5 +342,6 @@ pub async fn nonce_interest(
             Eip3009::AuthorizationUsed::SIGNATURE_HASH,
             Eip3009::AuthorizationCanceled::SIGNATURE_HASH,
         ],
+        sent_to: Vec::new(),
     })
 }

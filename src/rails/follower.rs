@@ -45,11 +45,45 @@ const APPLIERS: i32 = 4;
 /// The advisory-lock class of the appliers' shares (with the chain id mixed in).
 const APPLY_LOCK_CLASS: i32 = 0x0b5e_7000;
 
-/// The logs a watch wants now: emitted by one of `addresses`, with one of `events` as topic 0.
+/// Recipients per `eth_getLogs` topic list, within what nodes accept.
+const RECIPIENTS_PER_QUERY: usize = 100;
+
+/// The logs a watch wants now: emitted by one of `addresses`, with one of `events` as topic 0;
+/// and whatever contract emits them, the logs of `sent_to`.
 #[derive(Debug, Clone, Default)]
 pub struct Interest {
     pub addresses: Vec<Address>,
     pub events: Vec<B256>,
+    pub sent_to: Vec<SentTo>,
+}
+
+/// Logs of `event`, emitted by any contract, whose topic 2 is one of `recipients`: an ERC-20
+/// `Transfer` to one of them, whatever the token.
+#[derive(Debug, Clone)]
+pub struct SentTo {
+    pub event: B256,
+    pub recipients: Vec<Address>,
+}
+
+impl Interest {
+    /// The `eth_getLogs` filters (without a block range) that read what is wanted.
+    fn filters(self) -> Vec<Filter> {
+        let mut filters = Vec::new();
+        if !self.addresses.is_empty() && !self.events.is_empty() {
+            filters.push(
+                Filter::new()
+                    .address(self.addresses)
+                    .event_signature(self.events),
+            );
+        }
+        for sent in self.sent_to {
+            for chunk in sent.recipients.chunks(RECIPIENTS_PER_QUERY) {
+                let words: Vec<B256> = chunk.iter().map(|a| a.into_word()).collect();
+                filters.push(Filter::new().event_signature(sent.event).topic2(words));
+            }
+        }
+        filters
+    }
 }
 
 /// The kinds of fact a watch records: an enum of its own, stored by name in
@@ -258,6 +292,7 @@ impl<A: Watch, B: Watch> Watch for (A, B) {
                 joined.events.push(event);
             }
         }
+        joined.sent_to.extend(second.sent_to);
         Ok(joined)
     }
 
@@ -657,12 +692,10 @@ impl<W: Watch> Follower<W> {
                 None => return Ok(None),
             };
         }
-        let interest = self.watch.interest(conn, &self.chain).await?;
-        let mut logs: Vec<(u64, Log)> = Vec::new();
-        if !interest.addresses.is_empty() && !interest.events.is_empty() {
-            let filter = Filter::new()
-                .address(interest.addresses)
-                .event_signature(interest.events);
+        let filters = self.watch.interest(conn, &self.chain).await?.filters();
+        // Keyed by block and log index: chain order, and a log two filters match is read once.
+        let mut logs: BTreeMap<(u64, u64), Log> = BTreeMap::new();
+        for filter in filters {
             // The range says which blocks hold logs the watch wants; each of those blocks' logs
             // is then read by the block's hash, which a node answers for exactly that block (just
             // after a reorg, a range's answer can still carry an orphaned block's logs).
@@ -689,16 +722,21 @@ impl<W: Watch> Follower<W> {
                     .node
                     .get_logs(&filter.clone().at_block_hash(block.hash))
                     .await?;
-                logs.extend(in_block.into_iter().map(|log| (number, log)));
+                for log in in_block {
+                    if let Some(index) = log.log_index {
+                        logs.insert((number, index), log);
+                    }
+                }
             }
         }
         if from < until && header(&self.node, until).await?.map(|h| h.hash) != Some(last.hash) {
             return Ok(None);
         }
-        logs.retain(|(_, log)| {
-            log.transaction_hash.is_some() && log.log_index.is_some() && !log.removed
-        });
-        let (numbers, logs): (Vec<u64>, Vec<Log>) = logs.into_iter().unzip();
+        let (numbers, logs): (Vec<u64>, Vec<Log>) = logs
+            .into_iter()
+            .filter(|(_, log)| log.transaction_hash.is_some() && !log.removed)
+            .map(|((number, _), log)| (number, log))
+            .unzip();
         let seen = self
             .watch
             .observe_all(conn, &self.chain, &self.node, &logs)

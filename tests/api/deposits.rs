@@ -316,8 +316,14 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
     let expiring = create_deposit_intent(&app, TOKEN, "1000", 60).await;
     let canceled = create_deposit_intent(&app, TOKEN, "1000", 900).await;
     let wrong_token = create_deposit_intent(&app, TOKEN, "1000", 900).await;
-    // A USDC intent too, so the follower reads USDC's transfers.
-    create_deposit_intent(&app, USDC, "1000", 900).await;
+    // A token no intent uses, whose `transfer` returns nothing (as Tether's).
+    let stray = deploy_token(
+        &anvil,
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/NoReturnToken.json"
+        )),
+    );
     let id = |intent: &Value| intent["id"].as_str().unwrap().to_owned();
     let address = |intent: &Value| intent["deposit_address"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -338,7 +344,7 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
         .await;
     pay(&anvil, TOKEN, &address(&expiring), "1000");
     pay(&anvil, TOKEN, &address(&canceled), "1000");
-    pay(&anvil, USDC, &address(&wrong_token), "1000");
+    pay(&anvil, &stray, &address(&wrong_token), "1000");
     anvil.mine(1).await;
     app.wait_until(
         "all three are booked",
@@ -375,15 +381,37 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
             "payment_intent.paid_after_cancel"
         ]
     );
-    // Another token is booked and swept, never counted toward the intent.
+    // Any other token is booked, swept and listed on the intent, never counted toward it.
+    app.wait_until(
+        "the stray token is listed",
+        "(SELECT count(*) FROM events WHERE type = 'payment_intent.duplicate_payment') = 1",
+    )
+    .await;
     let other = app.get_intent(DEMO_TOKEN, &id(&wrong_token)).await.json();
     assert_eq!(
         (&other["state"], &other["amount_received"]),
         (&json!("created"), &json!("0"))
     );
+    let listed = &other["duplicate_payments"][0];
+    assert_eq!(
+        (
+            &listed["token"],
+            &listed["amount"],
+            &listed["from"],
+            &listed["deposit_address"],
+            &listed["reason"]
+        ),
+        (
+            &json!(stray),
+            &json!("1000"),
+            &json!(PAYER),
+            &other["deposit_address"],
+            &json!("unaccepted_token")
+        )
+    );
     assert_eq!(
         app.event_types(&id(&wrong_token)).await,
-        ["payment_intent.created"]
+        ["payment_intent.created", "payment_intent.duplicate_payment"]
     );
     // Everything reaches the merchant.
     app.mine_until(
@@ -396,7 +424,8 @@ async fn money_sent_late_after_a_cancel_or_in_another_token_is_recorded_not_coun
     for intent in [&expiring, &canceled] {
         assert_eq!(anvil.balance_of(TOKEN, &address(intent)), 0);
     }
-    assert_eq!(anvil.balance_of(USDC, &address(&wrong_token)), 0);
+    assert_eq!(anvil.balance_of(&stray, &address(&wrong_token)), 0);
+    assert_eq!(anvil.balance_of(&stray, PAYEE), 1000);
 
     // The ledger agrees with the chain: three transfers in, three sweeps out, nothing held.
     let (agreed, output) = crate::settlement::reconcile(&app, &anvil);

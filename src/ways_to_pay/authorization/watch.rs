@@ -15,7 +15,7 @@ use crate::{
     config::ChainEndpoint,
     intents::{
         domain::Address,
-        order::DuplicatePayment,
+        order::{DuplicatePayment, DuplicateReason},
         repo::{self, Settlement, TransitionError},
         state::{Action, Actor},
     },
@@ -305,6 +305,7 @@ impl PaymentWatch {
                     transaction_hash: o.transaction_hash.clone(),
                     from: transfer.from.clone(),
                     deposit_address: None,
+                    reason: DuplicateReason::PaidOtherwise,
                 };
                 tracing::warn!(chain = %chain.name, intent = %used.intent_id, option = %option_id, tx = %o.transaction_hash, "an order paid again by another option's authorization: booked and listed as a duplicate payment");
                 repo::record_duplicate(tx, &used.merchant_id, &used.intent_id, &duplicate)

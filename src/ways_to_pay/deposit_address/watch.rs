@@ -18,7 +18,7 @@ use super::sweep::{self, Sweep};
 use crate::{
     config::ChainEndpoint,
     intents::{
-        order::DuplicatePayment,
+        order::{DuplicatePayment, DuplicateReason},
         repo::{self, Change, Seen, Settlement, TransitionError},
         state::{self, Action, Actor, IntentState},
     },
@@ -26,7 +26,7 @@ use crate::{
     rails::{
         evm::token::Eip3009,
         follower::{
-            FollowError, Interest, Observation, ObservationKind, Observed, Outcome, Watch,
+            FollowError, Interest, Observation, ObservationKind, Observed, Outcome, SentTo, Watch,
             WatchError,
         },
         rpc::Node,
@@ -114,6 +114,11 @@ impl DepositTransfer {
     }
 }
 
+/// How long after it is made a deposit address's transfers of any token are read, not only of the
+/// tokens deposit intents were made for (one `eth_getLogs` per hundred addresses and range); a token
+/// first seen there is read from then on. `reconcile` reads every address for every token.
+const ANY_TOKEN_READ_FOR: time::Duration = time::Duration::days(7);
+
 #[derive(Debug, Clone, Copy)]
 pub struct DepositWatch {
     /// Basis points of its amount an intent may fall short by and still succeed.
@@ -136,9 +141,15 @@ impl Watch for DepositWatch {
         if tokens.is_empty() {
             return Ok(Interest::default());
         }
+        let since = OffsetDateTime::now_utc() - ANY_TOKEN_READ_FOR;
+        let recent = repo::deposit_addresses_made_since(conn, &chain.name, since).await?;
         Ok(Interest {
             addresses: tokens.iter().filter_map(|t| t.parse().ok()).collect(),
             events: vec![Eip3009::Transfer::SIGNATURE_HASH],
+            sent_to: vec![SentTo {
+                event: Eip3009::Transfer::SIGNATURE_HASH,
+                recipients: recent.iter().filter_map(|a| a.parse().ok()).collect(),
+            }],
         })
     }
 
@@ -279,32 +290,44 @@ impl Watch for DepositWatch {
             tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, "a deposit arrived on a chain without DEPOSIT_FACTORIES: it stays at its address, which only its merchant can be paid from");
         }
         if !transfer.counts() {
-            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, "another token than the intent's reached its deposit address: booked and swept, not counted");
+            tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, token = %transfer.token, "another token than the intent's reached its deposit address: booked, swept and listed, not counted");
+            repo::watch_deposit_token(tx, &chain.name, &transfer.token).await?;
+            record_duplicate(tx, chain, &transfer, o, DuplicateReason::UnacceptedToken).await?;
             return Ok(DepositOutcome::OtherToken);
         }
         if let Some(option_id) = &transfer.option_id
             && !chooses(tx, &transfer, option_id).await?
         {
             tracing::warn!(chain = %chain.name, intent = %transfer.intent_id, option = %option_id, "a deposit reached the address of an order's option after it was paid another way: booked, swept and listed as a duplicate payment");
-            let duplicate = DuplicatePayment {
-                id: DuplicatePayment::new_id(),
-                chain: chain.name.clone(),
-                token: transfer.token.clone(),
-                amount: transfer.value.clone(),
-                transaction_hash: o.transaction_hash.clone(),
-                from: transfer.from.clone(),
-                deposit_address: Some(transfer.deposit_address.clone()),
-            };
-            match repo::record_duplicate(tx, &transfer.merchant_id, &transfer.intent_id, &duplicate)
-                .await
-            {
-                Ok(_) => {}
-                Err(TransitionError::Database(e)) => return Err(e.into()),
-                Err(e) => return Err(WatchError::Unexpected(e.to_string())),
-            }
+            record_duplicate(tx, chain, &transfer, o, DuplicateReason::PaidOtherwise).await?;
             return Ok(DepositOutcome::DuplicatePayment);
         }
         self.count(tx, &transfer, o).await
+    }
+}
+
+/// Lists the transfer on its intent as money not counted toward it, for `reason`.
+async fn record_duplicate(
+    tx: &mut PgConnection,
+    chain: &ChainEndpoint,
+    transfer: &DepositTransfer,
+    o: &Observation,
+    reason: DuplicateReason,
+) -> Result<(), WatchError> {
+    let duplicate = DuplicatePayment {
+        id: DuplicatePayment::new_id(),
+        chain: chain.name.clone(),
+        token: transfer.token.clone(),
+        amount: transfer.value.clone(),
+        transaction_hash: o.transaction_hash.clone(),
+        from: transfer.from.clone(),
+        deposit_address: Some(transfer.deposit_address.clone()),
+        reason,
+    };
+    match repo::record_duplicate(tx, &transfer.merchant_id, &transfer.intent_id, &duplicate).await {
+        Ok(_) => Ok(()),
+        Err(TransitionError::Database(e)) => Err(e.into()),
+        Err(e) => Err(WatchError::Unexpected(e.to_string())),
     }
 }
 
