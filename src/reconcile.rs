@@ -51,7 +51,7 @@ pub struct Report {
 }
 
 /// The movements that follow the use of one of our nonces.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Signed {
     /// An intent's nonce: payer to merchant address.
     Payment,
@@ -378,7 +378,50 @@ async fn on_chain(
             from = to_block + 1;
         }
     }
+    if kind == Signed::Refund {
+        transfer_refunds(conn, chain, node, confirmed, &mut moved).await?;
+    }
     Ok(moved)
+}
+
+/// Refunds by transfer (`docs/refunds.md`): each succeeded one's transaction must hold a
+/// `Transfer` of its amount of its token from the merchant's address to its payer.
+async fn transfer_refunds(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    node: &Node,
+    confirmed: u64,
+    moved: &mut Movements,
+) -> anyhow::Result<()> {
+    for refund in refunds::repo::settled_transfers_on(conn, &chain.name).await? {
+        let settlement = &refund.settlement.0;
+        if settlement.block_number > confirmed {
+            continue;
+        }
+        let Ok(hash) = settlement.transaction_hash.parse::<B256>() else {
+            continue;
+        };
+        let Some(receipt) = node.get_transaction_receipt(hash).await? else {
+            continue;
+        };
+        for log in receipt.inner.logs() {
+            let Some(index) = log.log_index else { continue };
+            let Ok(sent) = Eip3009::Transfer::decode_log_data(log.data()) else {
+                continue;
+            };
+            if log.address().to_checksum(None) == refund.token
+                && sent.from.to_checksum(None) == refund.payee
+                && sent.to.to_checksum(None) == refund.payer
+                && sent.value.to_string() == refund.amount
+            {
+                moved.insert(
+                    (settlement.transaction_hash.clone(), index as i64),
+                    (refund.id.clone(), refund.amount.clone()),
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The nonce use a transfer follows (the last one before it in its transaction) and what our

@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_TOKEN, TestApp,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, app_on, app_on_with},
+    chain::{
+        Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, app_on, app_on_with,
+    },
 };
 
 /// Deploys a test token from its artifact, `PAYER` holding 1 000 000 of it; returns its address.
@@ -632,4 +634,120 @@ async fn an_underpayment_within_the_tolerance_pays_and_one_beyond_it_does_not() 
         (&paid["amount_received"], &paid["amount_overpaid"]),
         (&json!("99000"), &json!("0"))
     );
+}
+
+/// A token without EIP-3009 sent to a deposit address by mistake is paid back by the merchant's
+/// own transfer (`docs/refunds.md`, "Refunds by transfer"): nothing to sign, and the watch matches
+/// the transfer of exactly the refund's amount from the merchant's address to its sender.
+#[tokio::test]
+async fn a_stray_token_without_eip3009_is_refunded_by_the_merchants_own_transfer() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let intent = create_deposit_intent(&app, TOKEN, "1000", 900).await;
+    let (id, address) = (
+        intent["id"].as_str().unwrap(),
+        intent["deposit_address"].as_str().unwrap(),
+    );
+    let stray = deploy_token(
+        &anvil,
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/NoReturnToken.json"
+        )),
+    );
+    pay(&anvil, &stray, address, "1000");
+    app.mine_until(
+        &anvil,
+        "the stray token is swept to the merchant",
+        "(SELECT count(*) FROM ledger_entries WHERE kind = 'sweep') = 1",
+    )
+    .await;
+    let listed = app.get_intent(DEMO_TOKEN, id).await.json()["duplicate_payments"][0].clone();
+    assert_eq!(listed["reason"], "unaccepted_token", "{listed}");
+
+    let refunds = format!("/v1/payment_intents/{id}/refunds");
+    let body = json!({"duplicate_payment": listed["id"]}).to_string();
+    let created = app
+        .post_as(DEMO_TOKEN, &refunds, Some("stray-refund"), &body)
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let refund = created.json();
+    assert_eq!(
+        (
+            &refund["payment_method"],
+            &refund["state"],
+            &refund["token"],
+            &refund["amount"],
+            &refund["merchant"],
+            &refund["payer"]
+        ),
+        (
+            &json!("transfer"),
+            &json!("created"),
+            &json!(stray),
+            &json!("1000"),
+            &json!(PAYEE),
+            &json!(PAYER)
+        )
+    );
+    let refund_id = refund["id"].as_str().unwrap();
+    // Nothing to sign or confirm: 400, and the refund is as it was.
+    let document = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/refunds/{refund_id}/authorization"),
+        )
+        .await;
+    assert_eq!(document.status, 400, "{}", document.body);
+    let confirm = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/refunds/{refund_id}/confirm"),
+            Some("stray-refund-confirm"),
+            &json!({"signature": format!("0x{}", "11".repeat(65))}).to_string(),
+        )
+        .await;
+    assert_eq!(confirm.status, 400, "{}", confirm.body);
+
+    // The merchant sends it back: a transfer of another amount pays nothing, the right one pays
+    // the refund, once.
+    let transfer = |amount: &str| {
+        send(
+            &anvil,
+            PAYEE_KEY,
+            &stray,
+            "transfer(address,uint256)",
+            &[PAYER, amount],
+        )
+    };
+    // The merchant holds more of it than the refund, as a shop would.
+    pay(&anvil, &stray, PAYEE, "5000");
+    let payer_before = anvil.balance_of(&stray, PAYER);
+    transfer("999");
+    transfer("1000");
+    app.mine_until(
+        &anvil,
+        "the refund is paid by the merchant's transfer",
+        &format!("(SELECT state FROM refunds WHERE id = '{refund_id}') = 'succeeded'"),
+    )
+    .await;
+    assert_eq!(anvil.balance_of(&stray, PAYER) - payer_before, 1999);
+    let paid = app
+        .get_as(DEMO_TOKEN, &format!("/v1/refunds/{refund_id}"))
+        .await
+        .json();
+    assert!(paid["settlement"]["transaction_hash"].is_string(), "{paid}");
+    assert_eq!(booked(&app, &format!("payer:{PAYER}"), &stray).await, "0");
+    let intent = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(intent["amount_refunded"], "0");
+    assert_eq!(
+        app.event_types(refund_id).await,
+        ["refund.created", "refund.succeeded"]
+    );
+    // A second transfer of the same amount pays nothing more.
+    transfer("1000");
+    anvil.mine(3).await;
+    let (agreed, output) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{output}");
+    assert!(output.contains("1 refunded on chain"), "{output}");
 }

@@ -53,6 +53,18 @@ impl Reason {
     }
 }
 
+/// How a refund reaches its payer (`docs/refunds.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, sqlx::Type, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[sqlx(type_name = "text", rename_all = "snake_case")]
+pub enum RefundMethod {
+    /// The merchant signs an EIP-3009 authorization that the relayer submits.
+    Authorization,
+    /// The merchant sends a plain transfer of the amount from its address to the payer, which the
+    /// refund watch matches: a duplicate payment in a token without EIP-3009.
+    Transfer,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use sqlx::PgConnection;
 
 use super::{
-    domain::RefundId,
+    domain::{RefundId, RefundMethod},
     repo::{self, CreateError, NewRefund, Refund, TransitionError},
     state::{Action, RefundState},
 };
@@ -15,13 +15,15 @@ use crate::{
     error::ApiError,
     intents::{
         domain::{IntentId, PaymentMethod},
+        order::DuplicatePayment,
         repo as intents,
     },
     rails::{
         Chains,
         eip3009::{self, Terms},
-        evm::authorization::Authorization,
+        evm::{authorization::Authorization, token::TokenSupport},
         outbox::{BoxFuture, Hold, SubmissionKind, Wanted},
+        tokens::{self, ResolveError},
     },
 };
 
@@ -80,7 +82,11 @@ pub async fn create(
     if let Some(chain) = chain {
         eip3009::served(chains, chain, &format!("payment intent {}", intent.id))?;
     }
-    repo::create(tx, merchant, &id, new, duplicate)
+    let method = match duplicate {
+        Some(duplicate) => method_for(tx, chains, duplicate).await?,
+        None => RefundMethod::Authorization,
+    };
+    repo::create(tx, merchant, &id, new, duplicate, method)
         .await
         .map_err(|e| match e {
             CreateError::NoIntent => not_found(),
@@ -92,6 +98,30 @@ pub async fn create(
             }
             CreateError::Database(e) => e.into(),
         })
+}
+
+/// How a duplicate payment is paid back: by the merchant's authorization where its token has
+/// EIP-3009, else by a transfer the merchant sends (`docs/refunds.md`, "Refunds by transfer").
+async fn method_for(
+    conn: &mut PgConnection,
+    chains: &Chains,
+    duplicate: &DuplicatePayment,
+) -> Result<RefundMethod, ApiError> {
+    let (endpoint, node) = chains
+        .get(&duplicate.chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
+    let token = duplicate.token.parse().map_err(|e| {
+        ApiError::Internal(anyhow::anyhow!("stored token {}: {e}", duplicate.token))
+    })?;
+    match tokens::resolve(conn, endpoint, node, token).await {
+        Ok(TokenSupport::Eip3009 { .. }) => Ok(RefundMethod::Authorization),
+        Ok(TokenSupport::NotSupported(_)) => Ok(RefundMethod::Transfer),
+        Err(ResolveError::Database(e)) => Err(e.into()),
+        Err(ResolveError::Chain(e)) => Err(ApiError::ChainUnavailable(format!(
+            "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
+            duplicate.chain
+        ))),
+    }
 }
 
 /// The authorization the merchant signs to pay refund `raw_id`, if it can be signed now.
@@ -144,6 +174,12 @@ async fn signable(
     let refund = repo::find(conn, merchant, &id)
         .await?
         .ok_or_else(not_found)?;
+    if refund.payment_method == RefundMethod::Transfer {
+        return Err(ApiError::InvalidRequest(format!(
+            "refund {}: paid by a transfer you send from {} (payment_method transfer); there is nothing to sign",
+            refund.id, refund.merchant
+        )));
+    }
     if refund.state != RefundState::Created {
         return Err(ApiError::InvalidStateTransition(format!(
             "refund {}: a {} refund cannot be signed again",

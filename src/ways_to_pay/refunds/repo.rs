@@ -7,9 +7,9 @@ use sqlx::{Connection, PgConnection, types::Json};
 use time::OffsetDateTime;
 
 use super::{
-    domain::{self, Reason, RefundId},
+    domain::{self, Reason, RefundId, RefundMethod},
     state::{self, Action, RefundState},
-    watch::RefundNonceKind,
+    watch::{RefundNonceKind, RefundTransferKind},
 };
 use crate::{
     auth::MerchantId,
@@ -67,6 +67,11 @@ pub struct Refund {
     /// The order's duplicate payment it pays back (`dp_…`), if it is one's: then on that
     /// payment's chain and token, and not counted in the intent's `amount_refunded`.
     pub duplicate_payment: Option<String>,
+    /// `authorization` (the merchant signs, the relayer submits) or `transfer` (a duplicate
+    /// payment in a token without EIP-3009: the merchant sends `amount` of `token` from
+    /// `merchant` to `payer` itself, before `expires_at`, and the refund succeeds when that
+    /// transfer is confirmed).
+    pub payment_method: RefundMethod,
 }
 
 /// A refund with its merchant, as every query reads it.
@@ -89,6 +94,7 @@ pub struct Row {
     pub created_at: OffsetDateTime,
     pub updated_at: OffsetDateTime,
     pub duplicate_payment: Option<String>,
+    pub payment_method: RefundMethod,
 }
 
 impl From<Row> for Refund {
@@ -111,6 +117,7 @@ impl From<Row> for Refund {
             created_at: row.created_at,
             updated_at: row.updated_at,
             duplicate_payment: row.duplicate_payment,
+            payment_method: row.payment_method,
         }
     }
 }
@@ -155,6 +162,7 @@ pub async fn create(
     intent: &IntentId,
     new: &NewRefund<'_>,
     duplicate: Option<&DuplicatePayment>,
+    method: RefundMethod,
 ) -> Result<Refund, CreateError> {
     let paid = intents::lock_for_refund(conn, merchant, intent)
         .await?
@@ -205,13 +213,13 @@ pub async fn create(
         Row,
         r#"
         INSERT INTO refunds (merchant_id, id, intent_id, state, version, amount, chain, token, payee, payer,
-                             reason, chain_nonce, expires_at, duplicate_payment)
+                             reason, chain_nonce, expires_at, duplicate_payment, payment_method)
         VALUES ($1, $3, $2, 'created', 1, $4::text::numeric, $8, $9, $10, $11, $5, $6,
-                date_trunc('second', now() + make_interval(secs => $7)), $12)
+                date_trunc('second', now() + make_interval(secs => $7)), $12, $13)
         RETURNING merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                   amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                   pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
-               duplicate_payment
+               duplicate_payment, payment_method AS "payment_method: RefundMethod"
         "#,
         merchant.as_str(),
         intent.as_str(),
@@ -225,6 +233,7 @@ pub async fn create(
         paid.payee,
         payer,
         duplicate,
+        method as RefundMethod,
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -265,7 +274,7 @@ pub async fn find(
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
-               duplicate_payment
+               duplicate_payment, payment_method AS "payment_method: RefundMethod"
           FROM refunds WHERE merchant_id = $1 AND id = $2
         "#,
         merchant.as_str(),
@@ -311,7 +320,7 @@ pub async fn list(
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
-               duplicate_payment
+               duplicate_payment, payment_method AS "payment_method: RefundMethod"
           FROM refunds
          WHERE merchant_id = $1
            AND ($2::text IS NULL OR intent_id = $2)
@@ -384,7 +393,7 @@ pub async fn apply(
             SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                    amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                    pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
-               duplicate_payment
+               duplicate_payment, payment_method AS "payment_method: RefundMethod"
               FROM moved
             "#,
             merchant,
@@ -438,6 +447,89 @@ pub struct NonceOwner {
     pub amount: String,
 }
 
+/// Who the open transfer refunds on `chain` pay: the recipients whose transfers the refund watch
+/// reads.
+pub async fn transfer_recipients_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT DISTINCT payer FROM refunds
+          WHERE chain = $1 AND payment_method = 'transfer' AND state = 'created'",
+        chain
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// A transfer refund a transfer on chain pays.
+#[derive(Debug)]
+pub struct TransferOwner {
+    pub merchant_id: String,
+    pub id: String,
+    pub intent_id: String,
+}
+
+/// The oldest open transfer refund on `chain` that a transfer of `amount` of `token` from `from`
+/// to `to` pays, other than `taken` (refunds already matched to another transfer).
+pub async fn paid_by_transfer(
+    conn: &mut PgConnection,
+    chain: &str,
+    token: &str,
+    from: &str,
+    to: &str,
+    amount: &str,
+    taken: &[String],
+) -> Result<Option<TransferOwner>, sqlx::Error> {
+    sqlx::query_as!(
+        TransferOwner,
+        r#"SELECT merchant_id, id, intent_id FROM refunds r
+            WHERE chain = $1 AND token = $2 AND payee = $3 AND payer = $4
+              AND amount = $5::text::numeric AND payment_method = 'transfer' AND state = 'created'
+              AND id <> ALL($6::text[])
+              AND NOT EXISTS (SELECT 1 FROM chain_observations o
+                               WHERE o.kind = $7 AND o.subject = r.id)
+            ORDER BY created_at, id
+            LIMIT 1"#,
+        chain,
+        token,
+        from,
+        to,
+        amount,
+        taken,
+        RefundTransferKind::Seen.as_str(),
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Every transfer refund on `chain` that succeeded: the transfer the ledger booked for it, for
+/// `reconcile` to find on chain.
+pub struct SettledTransfer {
+    pub id: String,
+    pub token: String,
+    pub payee: String,
+    pub payer: String,
+    pub amount: String,
+    pub settlement: Json<Settlement>,
+}
+
+pub async fn settled_transfers_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<SettledTransfer>, sqlx::Error> {
+    sqlx::query_as!(
+        SettledTransfer,
+        r#"SELECT id, token, payee, payer, amount::text AS "amount!",
+                  settlement AS "settlement!: Json<Settlement>"
+             FROM refunds
+            WHERE chain = $1 AND payment_method = 'transfer' AND state = 'succeeded'"#,
+        chain
+    )
+    .fetch_all(conn)
+    .await
+}
+
 /// The refund whose authorization carries `nonce` on `token` on `chain`, in any state (the refund
 /// watch, reconcile). Its authorizer is checked by the caller against the log.
 pub async fn by_chain_nonce(
@@ -485,7 +577,9 @@ pub async fn expire_due(
         ), moved AS (
             UPDATE refunds r
                SET state = 'failed', version = r.version + 1, updated_at = now(),
-                   failure_reason = COALESCE(r.pending_reason, 'authorization_expired'),
+                   failure_reason = COALESCE(r.pending_reason,
+                                             CASE r.payment_method WHEN 'transfer' THEN 'transfer_not_seen'
+                                                  ELSE 'authorization_expired' END),
                    pending_reason = NULL
               FROM due
              WHERE r.merchant_id = due.merchant_id AND r.id = due.id AND r.version = due.version
@@ -494,13 +588,13 @@ pub async fn expire_due(
         SELECT merchant_id, id, intent_id AS payment_intent, state AS "state: RefundState", version,
                amount::text AS "amount!", chain, token, payee AS merchant, payer, reason, failure_reason,
                pending_reason, settlement AS "settlement: Json<Settlement>", expires_at, created_at, updated_at,
-               duplicate_payment
+               duplicate_payment, payment_method AS "payment_method: RefundMethod"
           FROM moved
         "#,
         chain,
         at,
         batch,
-        &RefundNonceKind::names() as &[&str],
+        &[RefundNonceKind::names(), RefundTransferKind::names()].concat() as &[&str],
     )
     .fetch_all(&mut *tx)
     .await?;
