@@ -14,13 +14,13 @@ use crate::{
 };
 
 /// One invariant's line of the verdict: what it says, how many cases it checked, how many broke it.
-struct Row {
+pub struct Row {
     name: &'static str,
     checked: u64,
     violations: u64,
 }
 
-fn row(name: &'static str, checked: usize, violations: usize) -> Row {
+pub fn row(name: &'static str, checked: usize, violations: usize) -> Row {
     Row {
         name,
         checked: checked as u64,
@@ -33,6 +33,11 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Adds the rows of checks made elsewhere (the orders').
+    pub fn extend(&mut self, rows: Vec<Row>) {
+        self.rows.extend(rows);
+    }
+
     pub fn held(&self) -> bool {
         self.rows.iter().all(|row| row.violations == 0)
     }
@@ -124,6 +129,8 @@ struct KeyRecord {
 /// What the database holds after the run, keyed by (merchant, intent id) and (scope, key).
 struct Stored {
     intents: HashMap<(String, String), IntentRow>,
+    /// (merchant, order) -> its version: orders, whose own checks are `orders::check`.
+    orders: HashMap<(String, String), i32>,
     refunds: Vec<RefundRow>,
     /// (merchant, intent) -> its `amount_refunded`.
     amounts_refunded: HashMap<(String, String), String>,
@@ -198,12 +205,21 @@ impl Stored {
                     p.token, COALESCE(p.payer, '') AS payer, p.payee, p.amount::text AS amount, \
                     p.settlement->>'transaction_hash' AS settled_by, p.chain_nonce AS nonce, p.payment_method, \
                     p.deposit_address, p.amount_received::text AS amount_received, p.amount_overpaid::text AS amount_overpaid \
-               FROM payment_intents p",
+               FROM payment_intents p WHERE p.currency IS NULL",
         )
         .fetch_all(&mut *tx)
         .await?
         .into_iter()
         .map(|row| ((row.merchant_id.clone(), row.id.clone()), row))
+        .collect();
+        // Orders are checked by `orders::check`; here only their keys and events.
+        let orders = sqlx::query_as::<_, (String, String, i32)>(
+            "SELECT merchant_id, id, version FROM payment_intents WHERE currency IS NOT NULL",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .map(|(merchant, id, version)| ((merchant, id), version))
         .collect();
         let records = sqlx::query_as::<_, (String, String, String, Option<i16>, Option<Vec<u8>>)>(
             "SELECT scope, key, state, response_status, response_body FROM idempotency_keys",
@@ -283,7 +299,8 @@ impl Stored {
                FROM ledger_entries e \
                JOIN ledger_postings d ON d.entry_id = e.id AND d.account LIKE 'deposit:%' \
                JOIN ledger_postings o ON o.entry_id = e.id AND o.account NOT LIKE 'deposit:%' \
-              WHERE e.kind IN ('deposit', 'sweep')",
+               JOIN payment_intents p ON p.merchant_id = e.merchant_id AND p.id = e.intent_id \
+              WHERE e.kind IN ('deposit', 'sweep') AND p.currency IS NULL",
         )
         .fetch_all(&mut *tx)
         .await?
@@ -301,6 +318,7 @@ impl Stored {
         .collect();
         tx.commit().await?;
         Ok(Self {
+            orders,
             deposit_ledger,
             deposit_observations,
             x402,
@@ -385,15 +403,18 @@ fn one_key_per_intent(stored: &Stored, _: &Inputs) -> Row {
     let orphans = stored
         .intents
         .keys()
+        .chain(stored.orders.keys())
         .filter(|k| !created_by.contains_key(*k) && !x402.contains(k))
         .count();
     let shared_or_missing = created_by
         .iter()
-        .filter(|(k, n)| **n > 1 || !stored.intents.contains_key(*k))
+        .filter(|(k, n)| {
+            **n > 1 || !(stored.intents.contains_key(*k) || stored.orders.contains_key(*k))
+        })
         .count();
     row(
         "every intent belongs to exactly one key (no duplicate execution)",
-        stored.intents.len(),
+        stored.intents.len() + stored.orders.len(),
         orphans + shared_or_missing,
     )
 }
@@ -721,12 +742,25 @@ fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
     let mut wrong = versions
         .keys()
         .filter(|(merchant, subject)| {
-            !stored
-                .intents
-                .contains_key(&(merchant.to_string(), subject.to_string()))
+            let key = (merchant.to_string(), subject.to_string());
+            !stored.intents.contains_key(&key)
+                && !stored.orders.contains_key(&key)
                 && !refund_versions.contains_key(&(*merchant, *subject))
         })
         .count();
+    for ((merchant, id), version) in &stored.orders {
+        let mut seen = versions
+            .get(&(merchant.as_str(), id.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        seen.sort_unstable();
+        if seen != (1..=*version).collect::<Vec<_>>() {
+            eprintln!(
+                "checker: order {merchant}/{id} is at version {version} with events of versions {seen:?}"
+            );
+            wrong += 1;
+        }
+    }
     for (subject, version) in &refund_versions {
         let mut seen = versions.get(subject).cloned().unwrap_or_default();
         seen.sort_unstable();
@@ -750,7 +784,7 @@ fn one_event_per_state_change(stored: &Stored, _: &Inputs) -> Row {
     }
     row(
         "every committed state change produced exactly one event",
-        stored.intents.len() + stored.refunds.len(),
+        stored.intents.len() + stored.orders.len() + stored.refunds.len(),
         wrong,
     )
 }
@@ -1119,10 +1153,11 @@ fn every_confirmed_payment_reflected_once(stored: &Stored, _: &Inputs) -> Row {
         })
         .count();
     let payments = stored.chain.nonce_uses.iter().filter(|u| u.4).count();
+    // An order's payment is `orders::check`'s.
     let extra_entries = stored
         .ledger
         .values()
-        .filter(|e| e.4 == "payment")
+        .filter(|e| e.4 == "payment" && !stored.orders.contains_key(&(e.0.clone(), e.1.clone())))
         .count()
         .saturating_sub(payments);
     row(

@@ -165,12 +165,19 @@ impl Replica {
         }
     }
 
-    /// Its chain through `proxy`, killing each process it starts between a broadcast and its
-    /// record with `probability`.
+    /// Its first chain (31337) through `proxy`, killing each process it starts between a
+    /// broadcast and its record with `probability`; any other chain directly.
     pub fn with_crash_point(mut self, proxy: RpcFaultProxy, probability: f64) -> Self {
         for (name, value) in &mut self.env {
             if name == "CHAINS" {
-                *value = format!("evm:31337={}", proxy.url);
+                let others: Vec<&str> = value
+                    .split(',')
+                    .filter(|chain| !chain.starts_with("evm:31337="))
+                    .collect();
+                *value = std::iter::once(format!("evm:31337={}", proxy.url))
+                    .chain(others.into_iter().map(str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join(",");
             }
         }
         self.crash_point = Some((proxy, probability));
@@ -270,19 +277,27 @@ impl Drop for Replica {
 /// loaded when it starts, so a restart keeps the chain (as compose's volume does).
 pub struct Chain {
     pub port: u16,
+    chain_id: u64,
     state: PathBuf,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Chain {
+    /// The chain 31337.
     pub fn new(port: u16, dir: &Path) -> Self {
-        let state = dir.join("anvil-state.json");
+        Self::with_id(port, dir, 31337, "anvil")
+    }
+
+    /// The chain `chain_id`, its state and log named after `name` in `dir`.
+    pub fn with_id(port: u16, dir: &Path, chain_id: u64, name: &str) -> Self {
+        let state = dir.join(format!("{name}-state.json"));
         let _ = std::fs::remove_file(&state);
         Self {
             port,
+            chain_id,
             state,
-            log: dir.join("anvil.log"),
+            log: dir.join(format!("{name}.log")),
             child: None,
         }
     }
@@ -305,7 +320,7 @@ impl Chain {
                 "--port",
                 &self.port.to_string(),
                 "--chain-id",
-                "31337",
+                &self.chain_id.to_string(),
                 "--block-time",
                 "1",
             ])

@@ -1,14 +1,16 @@
 //! `make chaos`: a Jepsen-style fault run. Three payments-api replicas on one private PostgreSQL
-//! and one anvil chain (settlement on, relayer and listener in every replica), merchant-like
-//! clients that retry every operation until it has a final answer, a payer paying intents through
-//! the API and on chain directly, faults injected on a schedule, then a checker that reads the
-//! whole history, the database and the chain.
+//! and two anvil chains (settlement on, relayer and listener in every replica; the faults hit the
+//! first chain while the second advances), merchant-like clients that retry every operation until
+//! it has a final answer, a payer paying intents through the API and on chain directly, an
+//! orderer paying orders across both chains, faults injected on a schedule, then a checker that
+//! reads the whole history, the database and the chains.
 
 mod checker;
 mod client;
 mod cluster;
 mod depositor;
 mod faults;
+mod orders;
 mod patroni;
 mod payer;
 mod receiver;
@@ -144,6 +146,16 @@ async fn main() -> anyhow::Result<()> {
     depositor::fund(&chain.url()).await?;
     let chain_url = chain.url();
     let chain = Arc::new(Mutex::new(chain));
+    // The second chain only advances: orders pay on it while the first one is faulted.
+    let mut second_chain = Chain::with_id(args.port + 11, &args.out, 31338, "anvil-31338");
+    second_chain.start().await?;
+    payments_api::rails::evm::devnet::set_up(&second_chain.url().parse()?).await?;
+    let chains: orders::Chains = [
+        ("evm:31337".to_owned(), chain_url.clone()),
+        ("evm:31338".to_owned(), second_chain.url()),
+    ];
+    orders::fund(&chains).await?;
+    let factory = payments_api::rails::evm::deposit::devnet_factory();
 
     let env = vec![
         ("DATABASE_URL".to_owned(), replica_url.clone()),
@@ -172,15 +184,15 @@ async fn main() -> anyhow::Result<()> {
         ("WEBHOOK_TIMEOUT_SECONDS".to_owned(), "2".to_owned()),
         ("WEBHOOK_RETRY_BASE_SECONDS".to_owned(), "1".to_owned()),
         ("RUST_LOG".to_owned(), "info".to_owned()),
-        ("CHAINS".to_owned(), format!("evm:31337={chain_url}")),
+        (
+            "CHAINS".to_owned(),
+            format!("evm:31337={chain_url},evm:31338={}", chains[1].1),
+        ),
         ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
         ("CHAIN_POLL_INTERVAL_MS".to_owned(), "200".to_owned()),
         (
             "DEPOSIT_FACTORIES".to_owned(),
-            format!(
-                "evm:31337={}",
-                payments_api::rails::evm::deposit::devnet_factory()
-            ),
+            format!("evm:31337={factory},evm:31338={factory}"),
         ),
         (
             "RELAYER_PRIVATE_KEY".to_owned(),
@@ -216,6 +228,7 @@ async fn main() -> anyhow::Result<()> {
         args.fault_every
     );
 
+    orders::accept_assets(&shared, &chains).await?;
     let clients: Vec<_> = (0..args.clients)
         .map(|i| tokio::spawn(client::run_client(shared.clone(), i)))
         .collect();
@@ -249,6 +262,7 @@ async fn main() -> anyhow::Result<()> {
         chain_url.clone(),
         database_url.clone(),
     ));
+    let orderer = tokio::spawn(orders::run(shared.clone(), chains.clone()));
     let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
     let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
 
@@ -266,6 +280,7 @@ async fn main() -> anyhow::Result<()> {
     let paid = payer.await?;
     let x402_settled = x402_payer.await?;
     let deposited = depositor.await?;
+    let ordered = orderer.await?;
     let readiness = readiness.await?;
     for replica in replicas.lock().await.iter_mut() {
         replica.signal("CONT");
@@ -277,7 +292,7 @@ async fn main() -> anyhow::Result<()> {
         .max_connections(2)
         .connect(&database_url)
         .await?;
-    settle_chain(&pool, &chain_url).await?;
+    settle_chains(&pool, &chains).await?;
     drain_webhooks(&pool).await?;
     judged.store(true, Ordering::Relaxed);
     faults.extend(crashes.await?);
@@ -319,8 +334,16 @@ async fn main() -> anyhow::Result<()> {
         deposited.after_cancel,
         deposited.late
     );
+    let mut confirm_answers = std::collections::BTreeMap::<u16, usize>::new();
+    for (_, _, status) in &ordered.confirms {
+        *confirm_answers.entry(*status).or_default() += 1;
+    }
+    println!(
+        "orderer: {} orders; racing confirms {}, paid twice by deposit {}, a confirm then a deposit {}; confirms answered (status: count) {confirm_answers:?}",
+        ordered.orders, ordered.raced, ordered.deposited_twice, ordered.confirmed_then_deposited
+    );
     let x402_answers = shared.x402_answers.lock().unwrap().clone();
-    let verdict = checker::check(
+    let mut verdict = checker::check(
         &pool,
         checker::Inputs {
             history: &history,
@@ -336,6 +359,7 @@ async fn main() -> anyhow::Result<()> {
         },
     )
     .await?;
+    verdict.extend(orders::check(&pool, &chains, CONFIRMATIONS, &ordered).await?);
     verdict.print();
     for op in &unresolved {
         println!(
@@ -357,45 +381,65 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Waits until the listeners caught up with the chain, the load's last block is confirmed, every
-/// observation is applied and no intent is still on its way (`processing`), or a minute and a
-/// half passed.
-async fn settle_chain(pool: &sqlx::PgPool, chain_url: &str) -> anyhow::Result<()> {
+/// Waits until, on every chain, the listeners caught up, the load's last block is confirmed,
+/// every observation is applied and no intent is still on its way (`processing`), or a minute and
+/// a half passed.
+async fn settle_chains(pool: &sqlx::PgPool, chains: &orders::Chains) -> anyhow::Result<()> {
     use alloy::providers::{Provider, ProviderBuilder};
-    let node = ProviderBuilder::new().connect_http(chain_url.parse()?);
     let started = std::time::Instant::now();
-    // Every transfer the load made is in a block up to this one: settled once it is confirmed,
-    // observed, and nothing observed is left to apply (an observation a reorg dropped is deleted).
-    let load_ended_at = node.get_block_number().await? as i64;
+    let mut nodes = Vec::new();
+    for (name, url) in chains {
+        let node = ProviderBuilder::new().connect_http(url.parse()?);
+        let id: i64 = name.trim_start_matches("evm:").parse()?;
+        // Every transfer the load made is in a block up to this one: settled once it is
+        // confirmed, observed, and nothing observed is left to apply (an observation a reorg
+        // dropped is deleted).
+        let load_ended_at = node.get_block_number().await? as i64;
+        nodes.push((id, node, load_ended_at));
+    }
     loop {
-        let head = node.get_block_number().await? as i64;
+        let mut settled = true;
+        let mut state = Vec::new();
+        for (id, node, load_ended_at) in &nodes {
+            let head = node.get_block_number().await? as i64;
+            let (behind, halted): (i64, i64) = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE block_number < greatest($1 - 1, $2)), \
+                        count(*) FILTER (WHERE halted IS NOT NULL) \
+                   FROM chain_cursors WHERE chain_id = $3",
+            )
+            .bind(head)
+            .bind(load_ended_at)
+            .bind(id)
+            .fetch_one(pool)
+            .await?;
+            if halted > 0 {
+                println!("\nsettlement: the listener of chain {id} halted (see the replica logs)");
+                return Ok(());
+            }
+            let load_confirmed = head + 1 - CONFIRMATIONS as i64 >= *load_ended_at;
+            settled &= load_confirmed && behind == 0;
+            state.push(format!("chain {id} at {head}, {behind} cursor(s) behind"));
+        }
         // A sweep still to send or to confirm counts as processing: its money is on its way.
-        let (behind, unconfirmed, processing, halted): (i64, i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM chain_cursors WHERE block_number < greatest($1 - 1, $2)), \
-                    (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL), \
+        let (unconfirmed, processing): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM chain_observations WHERE applied_at IS NULL), \
                     (SELECT count(*) FROM payment_intents WHERE state = 'processing') \
-                    + (SELECT count(*) FROM chain_submissions WHERE kind = 'deposit_sweep' AND state <> 'done'), \
-                    (SELECT count(*) FROM chain_cursors WHERE halted IS NOT NULL)",
+                    + (SELECT count(*) FROM chain_submissions WHERE kind = 'deposit_sweep' AND state <> 'done')",
         )
-        .bind(head)
-        .bind(load_ended_at)
         .fetch_one(pool)
         .await?;
-        if halted > 0 {
-            println!("\nsettlement: the listener halted (see the replica logs)");
-            return Ok(());
-        }
-        let load_confirmed = head + 1 - CONFIRMATIONS as i64 >= load_ended_at;
-        if load_confirmed && behind == 0 && unconfirmed == 0 && processing == 0 {
+        if settled && unconfirmed == 0 && processing == 0 {
             println!(
-                "\nsettlement: listeners caught up with block {head}, nothing processing, {:.1} s after the load",
+                "\nsettlement: listeners caught up ({}), nothing processing, {:.1} s after the load",
+                state.join("; "),
                 started.elapsed().as_secs_f64()
             );
             return Ok(());
         }
         if started.elapsed() > Duration::from_secs(90) {
             println!(
-                "\nsettlement: after 90 s, {behind} cursor(s) behind, {unconfirmed} observation(s) unapplied, {processing} intent(s) processing"
+                "\nsettlement: after 90 s, {}, {unconfirmed} observation(s) unapplied, {processing} intent(s) processing",
+                state.join("; ")
             );
             return Ok(());
         }

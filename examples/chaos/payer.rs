@@ -233,7 +233,8 @@ async fn pick_paid(database_url: &str) -> Option<(String, String, String)> {
     let mut conn = PgConnection::connect(database_url).await.ok()?;
     sqlx::query_as(
         "SELECT merchant_id, id, amount::text FROM payment_intents
-          WHERE settlement IS NOT NULL AND amount_refunded < amount ORDER BY random() LIMIT 1",
+          WHERE settlement IS NOT NULL AND amount_refunded < amount AND currency IS NULL
+          ORDER BY random() LIMIT 1",
     )
     .fetch_optional(&mut conn)
     .await
@@ -245,7 +246,8 @@ async fn pick_paid(database_url: &str) -> Option<(String, String, String)> {
 async fn pick(database_url: &str) -> Option<(String, String)> {
     let mut conn = PgConnection::connect(database_url).await.ok()?;
     sqlx::query_as(
-        "SELECT merchant_id, id FROM payment_intents WHERE state = 'created' ORDER BY random() LIMIT 1",
+        "SELECT merchant_id, id FROM payment_intents WHERE state = 'created' AND currency IS NULL
+          ORDER BY random() LIMIT 1",
     )
     .fetch_optional(&mut conn)
     .await

@@ -144,6 +144,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
             pool,
             settings: settings.webhooks,
         },
+        order_terms: crate::merchants::TermsCache::default(),
     });
 
     Router::new()

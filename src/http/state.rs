@@ -12,6 +12,7 @@ use crate::{
     checkout::{changes::Changes, routes::ConfirmLimiter},
     db::{Background, Pool},
     intents::routes::{PublicBaseUrl, SettledChains},
+    merchants::TermsCache,
     rails::Chains,
     tenants::Turns,
     webhooks::WebhookState,
@@ -53,6 +54,7 @@ pub struct Parts {
     pub settled_chains: SettledChains,
     pub public_base_url: PublicBaseUrl,
     pub webhooks: WebhookState,
+    pub order_terms: TermsCache,
 }
 
 /// `FromRef` for each part: a clone of it (each is an `Arc` or a few of them).
@@ -78,4 +80,5 @@ parts! {
     settled_chains: SettledChains,
     public_base_url: PublicBaseUrl,
     webhooks: WebhookState,
+    order_terms: TermsCache,
 }

@@ -87,6 +87,8 @@ pub fn options(
     served: &[ChainEndpoint],
 ) -> Vec<PaymentOption> {
     let mut options = Vec::new();
+    let forwarders = deposit::Forwarders::of(payee.into());
+    let intent = deposit::intent_key(id.as_str());
     for asset in accepted.iter().filter(|a| a.currency == currency) {
         let Some(chain) = served.iter().find(|c| c.name == asset.chain) else {
             continue;
@@ -111,12 +113,7 @@ pub fn options(
             options.push(option(PaymentMethod::Authorization, None));
         }
         if let Some(factory) = chain.deposit_factory {
-            let address = deposit::forwarder_address(
-                factory,
-                payee.into(),
-                token.into(),
-                deposit::intent_key(id.as_str()),
-            );
+            let address = deposit::forwarder_of(factory, forwarders, token.into(), intent);
             options.push(option(
                 PaymentMethod::DepositAddress,
                 Some(Address::from(address).to_checksum()),

@@ -158,11 +158,13 @@ pub enum Priced {
         amount: Amount,
         paid_by: PaidBy,
     },
-    /// An order: this price in this currency, paid by one of these options.
+    /// An order: this price in this currency, paid by one of these options, made from the
+    /// merchant's order terms of this version (`merchants::OrderTerms`).
     InCurrency {
         currency: Currency,
         price: Price,
         options: Vec<PaymentOption>,
+        terms_version: i64,
     },
 }
 
@@ -185,14 +187,15 @@ pub enum Expires {
 
 /// Inserts a new intent and its `payment_intent.created` event.
 /// `checkout_base` is the public base URL its checkout page is under; `None` for an intent that
-/// is paid already when it is made (an x402 payment), which has no page.
+/// is paid already when it is made (an x402 payment), which has no page. `None` for an order
+/// whose terms are no longer the merchant's current version: nothing is written.
 pub async fn insert(
     conn: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
     intent: &NewIntent,
     checkout_base: Option<&str>,
-) -> Result<PaymentIntent, sqlx::Error> {
+) -> Result<Option<PaymentIntent>, sqlx::Error> {
     let (expires_in, expires_at) = match intent.expires {
         Expires::In(after) => (f64::from(after.seconds()), None),
         Expires::At(at) => (0.0, Some(at)),
@@ -221,22 +224,74 @@ pub async fn insert(
         }
         Priced::InCurrency { .. } => (None, None, None, None, None, None),
     };
-    let (currency, price, options) = match &intent.priced {
+    let (currency, price, options, terms_version) = match &intent.priced {
         Priced::InCurrency {
             currency,
             price,
             options,
-        } => (Some(currency.as_str()), Some(price.as_str()), &options[..]),
-        Priced::InToken { .. } => (None, None, &[][..]),
+            terms_version,
+        } => (
+            Some(currency.as_str()),
+            Some(price.as_str()),
+            &options[..],
+            Some(*terms_version),
+        ),
+        Priced::InToken { .. } => (None, None, &[][..], None),
     };
+    // The follower reads the transfers of each token deposits are made in, on its chain, from now
+    // on (an order's tokens are the merchant's accepted assets, read since they were accepted:
+    // `watch_deposit_tokens`); an order's options' addresses are matched as intents' own are. All
+    // in the insert's one statement (the foreign key is checked at its end, with the intent in
+    // place).
+    // (chain, token, address, option) per row: the intent's own deposit token (no address or
+    // option: the address is the intent's), then each deposit option's address.
+    let own = match (chain, &token, &deposit_address) {
+        (Some(chain), Some(token), Some(_)) => Some((chain.to_owned(), token.clone(), None, None)),
+        _ => None,
+    };
+    let by_option = options.iter().filter_map(|option| {
+        let address = option.deposit_address.clone()?;
+        Some((
+            option.chain.clone(),
+            option.token.clone(),
+            Some(address),
+            Some(option.id.clone()),
+        ))
+    });
+    let mut watched_chains = Vec::new();
+    let mut watched_tokens = Vec::new();
+    let mut addresses: Vec<Option<String>> = Vec::new();
+    let mut option_ids: Vec<Option<String>> = Vec::new();
+    for (chain, token, address, option) in own.into_iter().chain(by_option) {
+        watched_chains.push(chain);
+        watched_tokens.push(token);
+        addresses.push(address);
+        option_ids.push(option);
+    }
     let created = query_intent!(
         PaymentIntent,
         r#"
+        WITH current AS (
+            SELECT $23::bigint IS NULL
+                   OR EXISTS (SELECT 1 FROM merchants WHERE id = $1 AND terms_version = $23) AS terms
+        ), watched AS (
+            SELECT w.* FROM unnest($19::text[], $20::text[], $21::text[], $22::text[])
+                            AS w (chain, token, address, option_id), current
+             WHERE current.terms
+        ), tokens AS (
+            INSERT INTO deposit_tokens (chain, token)
+            SELECT chain, token FROM watched WHERE option_id IS NULL
+            ON CONFLICT DO NOTHING
+        ), addresses AS (
+            INSERT INTO payment_option_addresses (chain, deposit_address, merchant_id, intent_id, option_id, token, payee)
+            SELECT chain, address, $1, $2, option_id, token, $7 FROM watched WHERE address IS NOT NULL
+        )
         INSERT INTO payment_intents (merchant_id, id, state, version, amount, chain, token, payer, payee, expires_at, metadata, chain_nonce,
                                      client_secret, checkout_url, payment_method, deposit_address, currency, price, payment_options)
-        VALUES ($1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
-                coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15,
-                $16, $17, $18)
+        SELECT $1, $2, 'created', 1, $3::text::numeric, $4, $5, $6, $7,
+               coalesce($13, now() + make_interval(secs => $8)), $9, $10, $11, $12 || '/checkout/' || $2 || '#' || $11, $14, $15,
+               $16, $17, $18
+          FROM current WHERE current.terms
         RETURNING "#,
         r#"
         "#,
@@ -258,50 +313,19 @@ pub async fn insert(
         currency,
         price,
         Json(options) as _,
+        &watched_chains,
+        &watched_tokens,
+        &addresses as &[Option<String>],
+        &option_ids as &[Option<String>],
+        terms_version,
     )
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
-    // The follower reads the transfers of each token deposits are made in, on its chain, from now
-    // on; an order's options' addresses are matched as intents' own are. One statement for all.
-    let mut watched: (Vec<&str>, Vec<String>, Vec<String>, Vec<String>) = Default::default();
-    if let (Some(chain), Some(token), Some(_)) = (chain, &token, &deposit_address) {
-        watched.0.push(chain);
-        watched.1.push(token.clone());
-    }
-    for option in options {
-        if let Some(address) = &option.deposit_address {
-            watched.0.push(&option.chain);
-            watched.1.push(option.token.clone());
-            watched.2.push(address.clone());
-            watched.3.push(option.id.clone());
-        }
-    }
-    if !watched.0.is_empty() {
-        let (chains, tokens, addresses, option_ids) = watched;
-        let chains: Vec<String> = chains.into_iter().map(str::to_owned).collect();
-        sqlx::query!(
-            r#"WITH tokens AS (
-                   INSERT INTO deposit_tokens (chain, token)
-                   SELECT DISTINCT * FROM unnest($1::text[], $2::text[])
-                   ON CONFLICT DO NOTHING
-               )
-               INSERT INTO payment_option_addresses (chain, deposit_address, merchant_id, intent_id, option_id, token, payee)
-               SELECT o.chain, o.address, $5, $6, o.option_id, o.token, $7
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS o(chain, token, address, option_id)
-                WHERE o.address IS NOT NULL"#,
-            &chains,
-            &tokens,
-            &addresses,
-            &option_ids,
-            merchant.as_str(),
-            id.as_str(),
-            intent.payee.to_checksum(),
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
+    let Some(created) = created else {
+        return Ok(None);
+    };
     record_event(conn, merchant.as_str(), "payment_intent.created", &created).await?;
-    Ok(created)
+    Ok(Some(created))
 }
 
 /// Writes the event of the change that just made `intent` what it is, in the caller's
@@ -562,6 +586,24 @@ pub async fn deposit_addresses_made_since(
     )
     .fetch_all(conn)
     .await
+}
+
+/// Reads the transfers of each of `tokens` on its chain (`(chain, token)`) from now on: the assets
+/// a merchant accepts, which its orders' deposit options are paid in.
+pub async fn watch_deposit_tokens(
+    conn: &mut PgConnection,
+    tokens: &[(String, String)],
+) -> Result<(), sqlx::Error> {
+    let (chains, tokens): (Vec<String>, Vec<String>) = tokens.iter().cloned().unzip();
+    sqlx::query!(
+        "INSERT INTO deposit_tokens (chain, token) SELECT * FROM unnest($1::text[], $2::text[])
+         ON CONFLICT DO NOTHING",
+        &chains,
+        &tokens,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Reads `token`'s transfers on `chain` from now on, as a deposit intent's token is: a token first

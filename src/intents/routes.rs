@@ -31,7 +31,7 @@ use crate::{
     error::{ApiError, ErrorBody},
     extract::{JsonBody, Page, PathParam, QueryParams, page_limit, parse_json},
     idempotency::Tx,
-    merchants,
+    merchants::{OrderTerms, TermsCache},
     rails::evm::deposit,
 };
 
@@ -41,6 +41,7 @@ where
     Pool: FromRef<S>,
     SettledChains: FromRef<S>,
     PublicBaseUrl: FromRef<S>,
+    TermsCache: FromRef<S>,
 {
     Router::new()
         .route("/v1/payment_intents", post(create).get(list))
@@ -136,22 +137,44 @@ pub async fn create(
     Extension(merchant): Extension<MerchantId>,
     State(SettledChains(settled)): State<SettledChains>,
     State(PublicBaseUrl(base)): State<PublicBaseUrl>,
+    State(terms): State<TermsCache>,
     mut tx: Tx,
-    JsonBody(request): JsonBody<CreateIntentRequest>,
+    JsonBody(mut request): JsonBody<CreateIntentRequest>,
 ) -> Result<Response, ApiError> {
     let id = IntentId::generate();
     let (priced, payee) = match &request.currency {
-        Some(raw) => order(&mut tx, &merchant, &settled, &id, &request, raw).await?,
+        Some(raw) => {
+            order(
+                &mut tx, &terms, false, &merchant, &settled, &id, &request, raw,
+            )
+            .await?
+        }
         None => in_token(&settled, &id, &request)?,
     };
-    let new = NewIntent {
+    let mut new = NewIntent {
         priced,
         payee,
         expires: Expires::In(request.expires_in_seconds.unwrap_or_default()),
-        metadata: request.metadata,
+        metadata: std::mem::take(&mut request.metadata),
         nonce: None,
     };
-    let intent = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
+    let mut inserted = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
+    // An order made from terms this replica read before the merchant changed them: made again
+    // from the current ones (a change racing with that too is answered as any conflict).
+    if inserted.is_none()
+        && let Some(raw) = &request.currency
+    {
+        (new.priced, new.payee) = order(
+            &mut tx, &terms, true, &merchant, &settled, &id, &request, raw,
+        )
+        .await?;
+        inserted = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
+    }
+    let intent = inserted.ok_or_else(|| {
+        ApiError::Database(sqlx::Error::Protocol(
+            "the merchant's settings changed twice while the order was made".to_owned(),
+        ))
+    })?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;
     Ok((
@@ -222,9 +245,14 @@ fn in_token(
 }
 
 /// An order priced in `currency`, its options made from the merchant's accepted assets, and its
-/// payee (the merchant's payout address unless the request names one).
+/// payee (the merchant's payout address unless the request names one), from the merchant's terms
+/// as last read here unless `fresh`; terms read earlier that refuse the order are read again
+/// before the refusal is answered.
+#[allow(clippy::too_many_arguments)]
 async fn order(
     conn: &mut PgConnection,
+    terms: &TermsCache,
+    fresh: bool,
     merchant: &MerchantId,
     settled: &[ChainEndpoint],
     id: &IntentId,
@@ -244,10 +272,27 @@ async fn order(
         ));
     }
     let price = Price::parse(&request.amount, currency).map_err(invalid("amount"))?;
-    let (payout, accepted) = merchants::order_terms(conn, merchant.as_str()).await?;
-    let payee = match (request.merchant, payout) {
+    let (current, cached) = terms.get(conn, merchant.as_str(), fresh).await?;
+    let made = priced_by(&current, request, id, &price, currency, settled);
+    if made.is_err() && cached {
+        let (current, _) = terms.get(conn, merchant.as_str(), true).await?;
+        return priced_by(&current, request, id, &price, currency, settled);
+    }
+    made
+}
+
+/// The order of `price` in `currency` that `terms` make, and its payee.
+fn priced_by(
+    terms: &OrderTerms,
+    request: &CreateIntentRequest,
+    id: &IntentId,
+    price: &Price,
+    currency: Currency,
+    settled: &[ChainEndpoint],
+) -> Result<(Priced, Address), ApiError> {
+    let payee = match (request.merchant, &terms.payout_address) {
         (Some(payee), _) => payee,
-        (None, Some(payout)) => Address::parse(&payout)
+        (None, Some(payout)) => Address::parse(payout)
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored payout address: {e}")))?,
         (None, None) => {
             return Err(invalid("merchant")(
@@ -255,7 +300,7 @@ async fn order(
             ));
         }
     };
-    let options = order::options(id, payee, &price, currency, &accepted, settled);
+    let options = order::options(id, payee, price, currency, &terms.accepted, settled);
     if options.is_empty() {
         return Err(invalid("currency")(format!(
             "no accepted asset in {} can be paid here: set accepted_assets (POST /v1/merchant) on a served chain",
@@ -264,8 +309,9 @@ async fn order(
     }
     let priced = Priced::InCurrency {
         currency,
-        price,
+        price: price.clone(),
         options,
+        terms_version: terms.version,
     };
     Ok((priced, payee))
 }

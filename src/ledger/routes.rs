@@ -83,8 +83,8 @@ pub async fn balances(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let (_, accepted) = merchants::order_terms(&mut conn, merchant.as_str()).await?;
-    let totals = totals(&data, &accepted);
+    let terms = merchants::order_terms(&mut conn, merchant.as_str()).await?;
+    let totals = totals(&data, &terms.accepted);
     Ok(Json(Balances { data, totals }))
 }
 

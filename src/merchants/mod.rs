@@ -4,6 +4,11 @@
 
 pub mod assets;
 
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
 use axum::{Extension, Json, Router, extract::FromRef, extract::State, routing::get};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
@@ -155,6 +160,14 @@ pub async fn update(
         Some(requested) => Some(assets::check(&mut tx, &chains, requested).await?),
         None => None,
     };
+    if let Some(accepted) = &accepted {
+        // Deposits in them are followed from now on, not from the first order's creation.
+        let tokens: Vec<(String, String)> = accepted
+            .iter()
+            .map(|a| (a.chain.clone(), a.token.clone()))
+            .collect();
+        crate::intents::repo::watch_deposit_tokens(&mut tx, &tokens).await?;
+    }
     let row = sqlx::query_as!(
         Row,
         r#"INSERT INTO merchants (id, display_name, payout_address, accepted_assets)
@@ -163,6 +176,7 @@ pub async fn update(
               SET display_name = COALESCE($2, merchants.display_name),
                   payout_address = COALESCE($3, merchants.payout_address),
                   accepted_assets = COALESCE($4, merchants.accepted_assets),
+                  terms_version = merchants.terms_version + 1,
                   updated_at = now()
            RETURNING display_name, payout_address,
                      accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>""#,
@@ -189,13 +203,23 @@ pub async fn display_name(
     )
 }
 
-/// What an order of `merchant` is made from: its payout address, if set, and its accepted assets.
+/// What an order of a merchant is made from, as of one version of its settings.
+#[derive(Debug, Default)]
+pub struct OrderTerms {
+    /// `merchants.terms_version`; 0 for a merchant that never set anything.
+    pub version: i64,
+    pub payout_address: Option<String>,
+    pub accepted: Vec<AcceptedAsset>,
+}
+
+/// What an order of `merchant` is made from now: its payout address, if set, and its accepted
+/// assets.
 pub async fn order_terms(
     conn: &mut PgConnection,
     merchant: &str,
-) -> Result<(Option<String>, Vec<AcceptedAsset>), sqlx::Error> {
+) -> Result<OrderTerms, sqlx::Error> {
     let row = sqlx::query!(
-        r#"SELECT payout_address,
+        r#"SELECT terms_version, payout_address,
                   accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>"
              FROM merchants WHERE id = $1"#,
         merchant
@@ -203,6 +227,42 @@ pub async fn order_terms(
     .fetch_optional(conn)
     .await?;
     Ok(row
-        .map(|r| (r.payout_address, r.accepted_assets.0))
+        .map(|r| OrderTerms {
+            version: r.terms_version,
+            payout_address: r.payout_address,
+            accepted: r.accepted_assets.0,
+        })
         .unwrap_or_default())
+}
+
+/// The merchants' order terms as this replica read them last. An order is made from them without
+/// reading them again; its insert checks, in the same statement, that they are still the current
+/// version (`intents::repo::insert`), and terms found stale, or that refuse the order, are read
+/// afresh before anything is answered: a merchant's change is seen by its next order on every
+/// replica.
+#[derive(Clone, Default)]
+pub struct TermsCache(Arc<Mutex<HashMap<String, Arc<OrderTerms>>>>);
+
+impl TermsCache {
+    /// `merchant`'s terms: as read last, unless `fresh` or never read here.
+    pub async fn get(
+        &self,
+        conn: &mut PgConnection,
+        merchant: &str,
+        fresh: bool,
+    ) -> Result<(Arc<OrderTerms>, bool), sqlx::Error> {
+        if !fresh && let Some(terms) = self.lock().get(merchant) {
+            return Ok((terms.clone(), true));
+        }
+        let terms = Arc::new(order_terms(conn, merchant).await?);
+        self.lock().insert(merchant.to_owned(), terms.clone());
+        Ok((terms, false))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OrderTerms>>> {
+        // A panic while the map was held left it whole: it is only ever replaced entry by entry.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }

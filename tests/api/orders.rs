@@ -916,3 +916,49 @@ async fn authorizations_of_two_options_the_payer_submits_pay_once_and_the_second
     let (agreed, output) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{output}");
 }
+
+/// Each replica makes orders from the merchant's terms as it read them last, and the insert checks
+/// that they are still current: a change made through another replica is seen by the very next
+/// order, which is made again from the new terms, or refused by them with nothing written.
+#[tokio::test]
+async fn a_change_of_accepted_assets_on_another_replica_is_seen_by_the_next_order() {
+    let anvil = Anvil::start().await;
+    let first = app_on(&anvil, 1, true).await;
+    accept_assets(&first).await;
+    let before = create_order(&first, json!({"amount": "1.00", "currency": "usd"})).await;
+    assert_eq!(before["payment_options"].as_array().unwrap().len(), 4);
+
+    let settlement = anvil.settlement(1);
+    let second = TestApp::spawn_on(&first.database_url, move |s| s.settlement = settlement).await;
+    accept(&second, "only-the-token", &[("evm:31337", TOKEN, "usd")]).await;
+    let after = create_order(&first, json!({"amount": "1.00", "currency": "usd"})).await;
+    let tokens: Vec<&Value> = after["payment_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| &o["token"])
+        .collect();
+    assert_eq!(tokens, [&json!(TOKEN), &json!(TOKEN)], "{after}");
+
+    // Terms that no longer allow an order in this currency refuse it, with nothing written.
+    accept(&second, "eur-only", &[("evm:31337", USDC, "eur")]).await;
+    let intents = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM payment_intents")
+            .fetch_one(&first.db)
+            .await
+            .unwrap()
+    };
+    let count = intents().await;
+    let refused = first
+        .create_intent(
+            DEMO_TOKEN,
+            None,
+            &json!({"amount": "1.00", "currency": "usd"}).to_string(),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("currency"), "{}", refused.body);
+    assert_eq!(intents().await, count);
+    let eur = create_order(&first, json!({"amount": "1.00", "currency": "eur"})).await;
+    assert_eq!(eur["payment_options"][0]["token"], USDC);
+}

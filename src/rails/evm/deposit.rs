@@ -54,10 +54,31 @@ pub fn forwarder_address(
     token: Address,
     intent: B256,
 ) -> Address {
+    forwarder_of(factory, Forwarders::of(merchant), token, intent)
+}
+
+/// The hash of `merchant`'s forwarders' init code: what every one of its forwarder addresses is
+/// made from, hashed once for the many options of an order (the code is a few kilobytes).
+#[derive(Debug, Clone, Copy)]
+pub struct Forwarders(B256);
+
+impl Forwarders {
+    pub fn of(merchant: Address) -> Self {
+        let mut init_code = DepositForwarder::BYTECODE.to_vec();
+        init_code.extend_from_slice(&merchant.abi_encode());
+        Self(keccak256(init_code))
+    }
+}
+
+/// [`forwarder_address`] with the merchant's init code hashed already.
+pub fn forwarder_of(
+    factory: Address,
+    merchant: Forwarders,
+    token: Address,
+    intent: B256,
+) -> Address {
     let salt = keccak256((token, intent).abi_encode_params());
-    let mut init_code = DepositForwarder::BYTECODE.to_vec();
-    init_code.extend_from_slice(&merchant.abi_encode());
-    factory.create2_from_code(salt, init_code)
+    factory.create2(salt, merchant.0)
 }
 
 /// An EIP-681 payment request: a `transfer` of `amount` base units of `token` on chain

@@ -373,7 +373,11 @@ async fn open_intent(
     checked: &Checked,
 ) -> Result<(), ApiError> {
     let actor = Actor::Merchant(merchant.as_str().to_owned());
-    repo::insert(tx, merchant, id, new, None).await?;
+    repo::insert(tx, merchant, id, new, None)
+        .await?
+        .ok_or_else(|| {
+            ApiError::internal("an x402 payment's intent has no order terms to go stale")
+        })?;
     repo::apply_paid(
         tx,
         merchant.as_str(),
