@@ -30,9 +30,9 @@ use crate::{
 
 /// Anvil's fifth account: the depositor's.
 const DEPOSITOR_KEY: &str = "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a";
-const DEVNET_TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
-const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
-const MERCHANT: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+pub const DEVNET_TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+pub const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
+pub const MERCHANT: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 /// An hour, as the clients' intents: an intent expires only when the run says so (`expire_now`,
 /// the ager), never by the clock while the checker judges, which would add an event after the
 /// webhooks were drained.
@@ -51,14 +51,19 @@ pub struct Deposited {
 
 /// Sends the depositor some of the payer's tokens (before anything else uses the payer's account).
 pub async fn fund(chain_url: &str) -> anyhow::Result<()> {
-    let payer: PrivateKeySigner = ANVIL_KEYS[1].parse()?;
     let depositor: PrivateKeySigner = DEPOSITOR_KEY.parse()?;
+    fund_from_payer(chain_url, depositor.address()).await
+}
+
+/// Sends `to` 100 000 of each devnet token (the devnet token and USDC) from the payer.
+pub async fn fund_from_payer(chain_url: &str, to: Address) -> anyhow::Result<()> {
+    let payer: PrivateKeySigner = ANVIL_KEYS[1].parse()?;
     let node = ProviderBuilder::new()
         .wallet(EthereumWallet::from(payer))
         .connect_http(chain_url.parse()?);
     for token in [DEVNET_TOKEN, USDC] {
         let call = DevnetUSD::transferCall {
-            to: depositor.address(),
+            to,
             value: U256::from(100_000_000_000u64),
         };
         let request = TransactionRequest::default()
@@ -106,19 +111,19 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
         match way {
             0..=2 => {
                 let first = amount / 3;
-                if send(&node, token, address, first).await
-                    && send(&node, token, address, amount - first).await
+                if send(&node, token, address, U256::from(first)).await
+                    && send(&node, token, address, U256::from(amount - first)).await
                 {
                     done.in_two_parts += 1;
                 }
             }
             3..=4 => {
-                if send(&node, token, address, amount).await {
+                if send(&node, token, address, U256::from(amount)).await {
                     done.exact += 1;
                 }
             }
             5 => {
-                if send(&node, token, address, amount + 7).await {
+                if send(&node, token, address, U256::from(amount + 7)).await {
                     done.overpaid += 1;
                 }
             }
@@ -129,7 +134,7 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
                     } else {
                         DEVNET_TOKEN.parse().expect("an address")
                     };
-                if send(&node, other, address, 500).await {
+                if send(&node, other, address, U256::from(500)).await {
                     done.wrong_token += 1;
                 }
             }
@@ -145,14 +150,14 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
                 )
                 .await
                 .is_some_and(|(status, _)| status == 200);
-                if canceled && send(&node, token, address, amount).await {
+                if canceled && send(&node, token, address, U256::from(amount)).await {
                     done.after_cancel += 1;
                 }
             }
             _ => {
                 // Its time runs out (as the chaos ager does to intents), then the payer sends.
                 if expire_now(&database_url, &made.id).await
-                    && send(&node, token, address, amount).await
+                    && send(&node, token, address, U256::from(amount)).await
                 {
                     done.late += 1;
                 }
@@ -209,10 +214,15 @@ async fn make(shared: &Shared, http: &reqwest::Client, n: u64) -> Option<Made> {
 }
 
 /// A plain `transfer` of `amount` of `token` to `to`, sent and included (a fault may lose it).
-async fn send(node: &impl Provider, token: Address, to: Address, amount: u64) -> bool {
+pub async fn send(
+    node: &impl Provider,
+    token: Address,
+    to: Address,
+    amount: impl Into<U256>,
+) -> bool {
     let call = DevnetUSD::transferCall {
         to,
-        value: U256::from(amount),
+        value: amount.into(),
     };
     let request = TransactionRequest::default()
         .with_to(token)

@@ -339,8 +339,12 @@ async fn main() -> anyhow::Result<()> {
         *confirm_answers.entry(*status).or_default() += 1;
     }
     println!(
-        "orderer: {} orders; racing confirms {}, paid twice by deposit {}, a confirm then a deposit {}; confirms answered (status: count) {confirm_answers:?}",
-        ordered.orders, ordered.raced, ordered.deposited_twice, ordered.confirmed_then_deposited
+        "orderer: {} orders; racing confirms {}, paid twice by deposit {} ({} with a transfer not seen included), a confirm then a deposit {}; confirms answered (status: count) {confirm_answers:?}",
+        ordered.orders,
+        ordered.raced,
+        ordered.deposited_twice,
+        ordered.deposits_lost,
+        ordered.confirmed_then_deposited
     );
     let x402_answers = shared.x402_answers.lock().unwrap().clone();
     let mut verdict = checker::check(

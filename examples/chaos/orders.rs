@@ -14,31 +14,26 @@ use std::{
 };
 
 use alloy::{
-    network::{EthereumWallet, TransactionBuilder},
+    network::EthereumWallet,
     primitives::{Address, B256, U256},
     providers::{Provider, ProviderBuilder},
-    rpc::types::{Filter, TransactionRequest},
+    rpc::types::Filter,
     signers::{SignerSync, local::PrivateKeySigner},
-    sol_types::{SolCall, SolEvent},
+    sol_types::SolEvent,
 };
-use payments_api::rails::evm::{
-    devnet::ANVIL_KEYS,
-    token::{DevnetUSD, Eip3009},
-};
+use payments_api::rails::evm::{devnet::ANVIL_KEYS, token::Eip3009};
 use rand::{Rng, seq::SliceRandom};
 use sqlx::PgPool;
 
 use crate::{
     checker::{Row, row},
     client::{Shared, TOKENS},
+    depositor::{DEVNET_TOKEN, MERCHANT, USDC, fund_from_payer, send},
     payer::post_until_final,
 };
 
 /// Anvil's seventh account: the orderer's, for its deposits (its nonces are its own).
 const ORDERER_KEY: &str = "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e";
-const DEVNET_TOKEN: &str = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
-const USDC: &str = "0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba";
-const MERCHANT: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 
 /// The two chains an order's options are on, with their RPC URLs.
 pub type Chains = [(String, String); 2];
@@ -50,27 +45,16 @@ pub struct Ordered {
     pub raced: u64,
     pub deposited_twice: u64,
     pub confirmed_then_deposited: u64,
+    /// Orders paid twice of which a transfer was not seen included (a chain fault may lose one).
+    pub deposits_lost: u64,
     pub confirms: Vec<(String, String, u16)>,
 }
 
 /// Sends the orderer some of the payer's tokens on every chain.
 pub async fn fund(chains: &Chains) -> anyhow::Result<()> {
-    let payer: PrivateKeySigner = ANVIL_KEYS[1].parse()?;
     let orderer: PrivateKeySigner = ORDERER_KEY.parse()?;
     for (_, url) in chains {
-        let node = ProviderBuilder::new()
-            .wallet(EthereumWallet::from(payer.clone()))
-            .connect_http(url.parse()?);
-        for token in [DEVNET_TOKEN, USDC] {
-            let call = DevnetUSD::transferCall {
-                to: orderer.address(),
-                value: U256::from(100_000_000_000u64),
-            };
-            let request = TransactionRequest::default()
-                .with_to(token.parse()?)
-                .with_input(call.abi_encode());
-            node.send_transaction(request).await?.get_receipt().await?;
-        }
+        fund_from_payer(url, orderer.address()).await?;
     }
     Ok(())
 }
@@ -160,8 +144,12 @@ pub async fn run(shared: Arc<Shared>, chains: Chains) -> Ordered {
                 done.raced += 1;
             }
             1 if by_deposit.len() >= 2 => {
-                if deposit(&by_deposit[0]).await && deposit(&by_deposit[1]).await {
+                let first = deposit(&by_deposit[0]).await;
+                let second = deposit(&by_deposit[1]).await;
+                if first && second {
                     done.deposited_twice += 1;
+                } else {
+                    done.deposits_lost += 1;
                 }
             }
             _ => {
@@ -288,20 +276,6 @@ async fn document_digest(
         }
     }
     None
-}
-
-/// A plain `transfer` of `amount` of `token` to `to`, sent and included (a fault may lose it).
-async fn send(node: &impl Provider, token: Address, to: Address, amount: U256) -> bool {
-    let call = DevnetUSD::transferCall { to, value: amount };
-    let request = TransactionRequest::default()
-        .with_to(token)
-        .with_input(call.abi_encode());
-    match node.send_transaction(request).await {
-        Ok(pending) => tokio::time::timeout(Duration::from_secs(10), pending.get_receipt())
-            .await
-            .is_ok_and(|r| r.is_ok_and(|r| r.status())),
-        Err(_) => false,
-    }
 }
 
 /// An order as the checks read it.
