@@ -185,6 +185,12 @@ pub enum Expires {
     At(OffsetDateTime),
 }
 
+/// A new intent, and its JSON as its `payment_intent.created` event holds it.
+pub struct Inserted {
+    pub intent: PaymentIntent,
+    pub json: String,
+}
+
 /// Inserts a new intent and its `payment_intent.created` event.
 /// `checkout_base` is the public base URL its checkout page is under; `None` for an intent that
 /// is paid already when it is made (an x402 payment), which has no page. `None` for an order
@@ -195,7 +201,7 @@ pub async fn insert(
     id: &IntentId,
     intent: &NewIntent,
     checkout_base: Option<&str>,
-) -> Result<Option<PaymentIntent>, sqlx::Error> {
+) -> Result<Option<Inserted>, sqlx::Error> {
     let (expires_in, expires_at) = match intent.expires {
         Expires::In(after) => (f64::from(after.seconds()), None),
         Expires::At(at) => (0.0, Some(at)),
@@ -324,8 +330,19 @@ pub async fn insert(
     let Some(created) = created else {
         return Ok(None);
     };
-    record_event(conn, merchant.as_str(), "payment_intent.created", &created).await?;
-    Ok(Some(created))
+    // Serialized once: the event's object is also the create's answer.
+    let event = NewEvent {
+        kind: "payment_intent.created".to_owned(),
+        subject_id: &created.id,
+        subject_version: created.version,
+        object: serde_json::to_string(&created).expect("an intent always serializes"),
+    };
+    events::record(conn, merchant.as_str(), &event).await?;
+    let NewEvent { object: json, .. } = event;
+    Ok(Some(Inserted {
+        intent: created,
+        json,
+    }))
 }
 
 /// Writes the event of the change that just made `intent` what it is, in the caller's

@@ -21,7 +21,7 @@ use super::{
         Address, Amount, Chain, Currency, ExpiresIn, IntentId, Metadata, PaymentMethod, Price,
     },
     order,
-    repo::{self, Expires, NewIntent, PaidBy, PaymentIntent, Priced, TransitionError},
+    repo::{self, Expires, Inserted, NewIntent, PaidBy, PaymentIntent, Priced, TransitionError},
     state::{Action, Actor, IntentState},
 };
 use crate::{
@@ -170,17 +170,24 @@ pub async fn create(
         .await?;
         inserted = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
     }
-    let intent = inserted.ok_or_else(|| {
+    let Inserted { intent, json } = inserted.ok_or_else(|| {
         ApiError::Database(sqlx::Error::Protocol(
             "the merchant's settings changed twice while the order was made".to_owned(),
         ))
     })?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;
+    // The intent as its event holds it, serialized once.
     Ok((
         StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(intent),
+        [
+            (header::LOCATION, location),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+        ],
+        json,
     )
         .into_response())
 }
