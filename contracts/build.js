@@ -160,6 +160,120 @@ for (const c of circleContracts) {
   });
 }
 
+// Permit2 and x402's Permit2 proxies: contracts that live at one address on every chain, placed
+// on a devnet by `anvil_setCode` at that address (src/rails/evm/permit2.rs). So the artifacts
+// hold the runtime code and where its immutables are (the devnet writes them: Permit2's cached
+// chain id and domain separator, the proxies' Permit2 address), not creation code.
+//
+// Permit2 (Uniswap/permit2, vendor/permit2/README.md), as its foundry.toml builds it: solc 0.8.17,
+// via IR, optimizer 1000000 runs, bytecode hash none, evmVersion left at 0.8.17's default
+// (london, set here explicitly), solmate through the remapping solmate/=lib/solmate/.
+// x402's proxies (vendor/x402/README.md), as x402's contracts/evm/foundry.toml: solc 0.8.28,
+// optimizer 200 runs, no CBOR metadata, evmVersion cancun, OpenZeppelin 5.5.0 (its lib/ submodule).
+const solc0817 = require("solc-0.8.17");
+
+function buildPlaced({ compiler, dir, sources, settings, remap, contracts }) {
+  const compileInput = {
+    language: "Solidity",
+    sources: Object.fromEntries(sources.map((s) => [s, { content: fs.readFileSync(path.join(root, dir, s), "utf8") }])),
+    settings: {
+      ...settings,
+      outputSelection: { "*": { "": ["ast"], "*": ["abi", "evm.bytecode.object", "evm.deployedBytecode.object", "evm.deployedBytecode.immutableReferences"] } },
+    },
+  };
+  const findImports = (name) => {
+    for (const [prefix, to] of remap) {
+      if (name.startsWith(prefix)) {
+        const file = path.join(to, name.slice(prefix.length));
+        return fs.existsSync(file) ? { contents: fs.readFileSync(file, "utf8") } : { error: `not found: ${name}` };
+      }
+    }
+    const file = path.join(root, dir, name);
+    return fs.existsSync(file) ? { contents: fs.readFileSync(file, "utf8") } : { error: `not found: ${name}` };
+  };
+  const output = JSON.parse(compiler.compile(JSON.stringify(compileInput), { import: findImports }));
+  failOnErrors(output);
+  // The vendored directory holds exactly the sources the build uses.
+  const inDir = path.join(root, dir) + path.sep;
+  const used = Object.keys(output.sources)
+    .map((unit) => {
+      const remapped = remap.find(([prefix]) => unit.startsWith(prefix));
+      return remapped ? path.join(remapped[1], unit.slice(remapped[0].length)) : path.join(inDir, unit);
+    })
+    .filter((file) => file.startsWith(inDir))
+    .map((file) => file.slice(inDir.length).split(path.sep).join("/"))
+    .sort();
+  const vendored = vendoredSolidityFiles(path.join(root, dir));
+  if (JSON.stringify(used) !== JSON.stringify(vendored)) {
+    console.error(`${dir} does not hold exactly the sources the build uses:`);
+    console.error(`  used but not vendored: ${used.filter((s) => !vendored.includes(s)).join(", ") || "-"}`);
+    console.error(`  vendored but unused: ${vendored.filter((s) => !used.includes(s)).join(", ") || "-"}`);
+    process.exit(1);
+  }
+  const built = {};
+  for (const { source, name } of contracts) {
+    const compiled = output.contracts[source][name];
+    // Each immutable by the name of its variable in the source, not solc's AST id.
+    const names = Object.fromEntries(
+      Object.values(output.sources).flatMap((unit) => immutablesOf(unit.ast)).map((v) => [String(v.id), v.name]),
+    );
+    const immutables = Object.fromEntries(
+      Object.entries(compiled.evm.deployedBytecode.immutableReferences || {}).map(([id, refs]) => [names[id], refs]),
+    );
+    const artifact = {
+      contractName: name,
+      compiler: `solc ${compiler.version()}`,
+      abi: compiled.abi,
+      bytecode: "0x" + compiled.evm.bytecode.object,
+      deployedBytecode: "0x" + compiled.evm.deployedBytecode.object,
+      immutableReferences: sortKeys(immutables),
+    };
+    built[name] = artifact;
+    artifacts.push({ target: path.join(root, "build", `${name}.json`), text: JSON.stringify(artifact, null, 2) + "\n", from: path.posix.join(dir, source) });
+  }
+  return built;
+}
+
+// The immutable state variables declared in a source unit's AST.
+function immutablesOf(node) {
+  if (!node || typeof node !== "object") return [];
+  const own = node.nodeType === "VariableDeclaration" && node.mutability === "immutable" ? [node] : [];
+  return own.concat(Object.values(node).flatMap((child) => (Array.isArray(child) ? child.flatMap(immutablesOf) : immutablesOf(child))));
+}
+
+buildPlaced({
+  compiler: solc0817,
+  dir: "vendor/permit2",
+  sources: ["src/Permit2.sol"],
+  settings: { viaIR: true, optimizer: { enabled: true, runs: 1000000 }, evmVersion: "london", metadata: { bytecodeHash: "none" } },
+  remap: [["solmate/", path.join(root, "vendor/permit2/lib/solmate/")]],
+  contracts: [{ source: "src/Permit2.sol", name: "Permit2" }],
+});
+const proxies = buildPlaced({
+  compiler: solc,
+  dir: "vendor/x402",
+  sources: ["src/x402ExactPermit2Proxy.sol", "src/x402UptoPermit2Proxy.sol"],
+  settings: { optimizer: { enabled: true, runs: 200 }, evmVersion: "cancun", metadata: { appendCBOR: false, bytecodeHash: "none" } },
+  remap: [["@openzeppelin/contracts/", path.join(root, "node_modules/@openzeppelin/contracts-5.5.0/")]],
+  contracts: [
+    { source: "src/x402ExactPermit2Proxy.sol", name: "x402ExactPermit2Proxy" },
+    { source: "src/x402UptoPermit2Proxy.sol", name: "x402UptoPermit2Proxy" },
+  ],
+});
+// The upto proxy's creation code with its constructor argument (Permit2's address) is the one x402
+// deployed: its hash is the one x402's vanity miner (contracts/evm/vanity-miner) mined the salt of
+// 0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002 for. A build that differs is not x402's contract.
+{
+  const { keccak256 } = require("viem");
+  const permit2Argument = "000000000000000000000000000000000022d473030f116ddee9f6b43ac78ba3";
+  const initCodeHash = keccak256(proxies.x402UptoPermit2Proxy.bytecode + permit2Argument);
+  const deployed = "0x74f7a29cbc3c55f87cdef7f7c551643189e8bb62eed9de67753aebc402b83797";
+  if (initCodeHash !== deployed) {
+    console.error(`x402UptoPermit2Proxy's creation code hashes to ${initCodeHash}, not x402's ${deployed}`);
+    process.exit(1);
+  }
+}
+
 if (process.argv.includes("--check")) {
   let stale = false;
   for (const { target, text, from } of artifacts) {

@@ -62,6 +62,9 @@ pub enum ApiError {
         stored: String,
         got: String,
     },
+    /// An x402 payment identifier (the settle's key) sent before with another payload.
+    #[error("{0}")]
+    PaymentIdentifierReused(String),
     /// A bug or an unexpected state; the cause is logged, never sent.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -96,6 +99,10 @@ pub enum ApiError {
     /// The chain's node did not answer what this request needs from it; nothing was changed.
     #[error("{0}")]
     ChainUnavailable(String),
+    /// What the request was made from changed under it more than once; nothing was changed, and
+    /// the same request sent again is made from what holds then.
+    #[error("{0}; nothing was done, so the request may be sent again")]
+    ChangedMeanwhile(String),
 }
 
 /// What a client whose request timed out should do, with or without an Idempotency-Key.
@@ -152,7 +159,10 @@ impl ApiError {
     pub fn changed_nothing(&self) -> bool {
         matches!(
             self,
-            Self::Database(_) | Self::ChainUnavailable(_) | Self::RateLimited { .. }
+            Self::Database(_)
+                | Self::ChainUnavailable(_)
+                | Self::RateLimited { .. }
+                | Self::ChangedMeanwhile(_)
         )
     }
 
@@ -179,6 +189,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::RateLimited { .. } => "rate_limited",
             Self::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            Self::PaymentIdentifierReused(_) => "payment_identifier_reused",
             Self::TokenNotSupported(_) => "token_not_supported",
             Self::ChainNotSettled(_) => "chain_not_settled",
             Self::Internal(_) => "internal_error",
@@ -187,7 +198,8 @@ impl ApiError {
             | Self::CommitOutcomeUnknown { .. }
             | Self::Timeout { .. }
             | Self::Unready(_)
-            | Self::ChainUnavailable(_) => "unavailable",
+            | Self::ChainUnavailable(_)
+            | Self::ChangedMeanwhile(_) => "unavailable",
         }
     }
 
@@ -204,7 +216,8 @@ impl ApiError {
             | Self::IdempotencyKeyLeaseLost { .. }
             | Self::InvalidStateTransition(_)
             | Self::PaymentInProgress(_)
-            | Self::RefundExceedsPayment(_) => StatusCode::CONFLICT,
+            | Self::RefundExceedsPayment(_)
+            | Self::PaymentIdentifierReused(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::IdempotencyKeyReused { .. }
@@ -216,7 +229,8 @@ impl ApiError {
             | Self::CommitOutcomeUnknown { .. }
             | Self::Timeout { .. }
             | Self::Unready(_)
-            | Self::ChainUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::ChainUnavailable(_)
+            | Self::ChangedMeanwhile(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 

@@ -52,8 +52,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "already deployed"
             };
             println!(
-                "devnet token {what} at {}, USDC at {}, deposit factory at {}, on {rpc_url}",
-                devnet.token, devnet.usdc, devnet.deposit_factory
+                "devnet token {what} at {}, USDC at {}, deposit factory at {}, Permit2 at {}, on {rpc_url}",
+                devnet.token,
+                devnet.usdc,
+                devnet.deposit_factory,
+                payments_api::rails::evm::permit2::PERMIT2
             );
             Ok(())
         }

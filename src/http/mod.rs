@@ -67,6 +67,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         settings: settings.idempotency,
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
+        key_in_body: None,
     };
     // route_layer: later layers wrap earlier ones, so the deadline covers everything,
     // authentication runs first, then the merchant's limits and its turn at the database, before

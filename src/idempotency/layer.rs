@@ -36,7 +36,13 @@ pub struct IdempotencyState {
     pub settings: IdempotencySettings,
     pub max_body_bytes: usize,
     pub request_timeout: Duration,
+    /// Where a route's body carries its key, for a protocol that puts it there (x402's payment
+    /// identifier): `Ok(None)` when the body has none, `Err` naming the field when it is bad.
+    pub key_in_body: Option<KeyInBody>,
 }
+
+/// Reads the key a request's body carries: see [`IdempotencyState::key_in_body`].
+pub type KeyInBody = fn(&[u8]) -> Result<Option<String>, String>;
 
 /// What the layer did with a request, attached to the response for the access log and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,6 +279,10 @@ async fn admit(state: &IdempotencyState, request: Request) -> Result<Admitted, A
         state.request_timeout,
     )
     .await?;
+    let key = match (key, state.key_in_body) {
+        (key, None) => key,
+        (key, Some(read)) => body_key(key, read(&body))?,
+    };
     let keyed = key.map(|key| (key, fingerprint(&request, &body)));
     Ok(Admitted {
         request,
@@ -529,6 +539,30 @@ async fn release(
             tracing::warn!(error = %e, "could not end the lease; it will expire on its own")
         }
         Err(_) => tracing::warn!("could not end the lease in time; it will expire on its own"),
+    }
+}
+
+/// The key of a request whose body may carry one: the body's, or the header's; both must agree.
+fn body_key(
+    header: Option<IdempotencyKey>,
+    in_body: Result<Option<String>, String>,
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let in_body = in_body
+        .map_err(ApiError::InvalidRequest)?
+        .map(|raw| {
+            IdempotencyKey::parse_bytes(raw.as_bytes())
+                .map_err(|e| ApiError::InvalidRequest(format!("the key in the body: {e}")))
+        })
+        .transpose()?;
+    match (header, in_body) {
+        (Some(header), Some(body)) if header.as_str() != body.as_str() => {
+            Err(ApiError::IdempotencyKeyInvalid(format!(
+                "the Idempotency-Key header ({}) and the key in the body ({}) differ: send one, or the same",
+                header.as_str(),
+                body.as_str()
+            )))
+        }
+        (header, body) => Ok(body.or(header)),
     }
 }
 

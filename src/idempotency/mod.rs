@@ -22,7 +22,7 @@ pub mod transaction;
 
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
-pub use layer::{IdempotencyOutcome, IdempotencyState, OutcomeKind, idempotency_layer};
+pub use layer::{IdempotencyOutcome, IdempotencyState, KeyInBody, OutcomeKind, idempotency_layer};
 pub use phases::{Phases, Provisional, is_provisional, provisional};
 pub use routes::router;
 pub use store::{Claim, Lease, LeaseToken, completion_statement, delete_expired};

@@ -19,20 +19,27 @@ use super::{
 use crate::{
     auth::MerchantId,
     events::{self, NewEvent},
+    rails::follower::{Observation, WatchError},
 };
 
 /// A query answering [`PaymentIntent`]s (or rows that start with one), whose columns are written
 /// once, here: what comes `$before` and `$after` them, then the arguments. sqlx's macros take a
-/// query made of string literals joined by `+`.
+/// query made of string literals joined by `+`. `options:` replaces the column `payment_options`
+/// by an expression: the insert answers `'[]'` and sets the options it wrote, not decoding them.
 macro_rules! query_intent {
     ($row:path, $before:literal, $after:literal, $($arg:tt)*) => {
+        query_intent!(options: "payment_options", $row, $before, $after, $($arg)*)
+    };
+    (options: $options:literal, $row:path, $before:literal, $after:literal, $($arg:tt)*) => {
         sqlx::query_as!(
             $row,
             $before
                 + r#"id, state AS "state: IntentState", version, COALESCE(price, amount::text) AS "amount!",
                      currency AS "currency?: Currency", chain AS "chain?", token AS "token?",
                      payer, payee AS merchant, payment_method AS "payment_method?: PaymentMethod",
-                     deposit_address, payment_options AS "payment_options!: Json<Vec<PaymentOption>>",
+                     deposit_address, "#
+                + $options
+                + r#" AS "payment_options!: Json<Vec<PaymentOption>>",
                      selected_option AS "selected_option?", expires_at, created_at, updated_at, canceled_at,
                      cancellation_reason, failure_reason, pending_reason,
                      settlement AS "settlement: Json<Settlement>",
@@ -137,6 +144,18 @@ pub struct Settlement {
     pub block_number: u64,
     #[serde(with = "time::serde::rfc3339")]
     pub block_timestamp: OffsetDateTime,
+}
+
+impl Settlement {
+    /// Where the follower saw the transfer that paid: its transaction, block and block time.
+    pub fn observed(o: &Observation) -> Result<Self, WatchError> {
+        Ok(Self {
+            transaction_hash: o.transaction_hash.clone(),
+            block_number: o.block_number as u64,
+            block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
+                .map_err(WatchError::unreadable)?,
+        })
+    }
 }
 
 pub struct NewIntent {
@@ -275,6 +294,7 @@ pub async fn insert(
         option_ids.push(option);
     }
     let created = query_intent!(
+        options: "'[]'::jsonb",
         PaymentIntent,
         r#"
         WITH current AS (
@@ -327,9 +347,11 @@ pub async fn insert(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(created) = created else {
+    let Some(mut created) = created else {
         return Ok(None);
     };
+    // The options as written, not decoded back from what the statement stored.
+    created.payment_options = Json(options.to_vec());
     // Serialized once: the event's object is also the create's answer.
     let event = NewEvent {
         kind: "payment_intent.created".to_owned(),

@@ -171,9 +171,9 @@ pub async fn create(
         inserted = repo::insert(&mut tx, &merchant, &id, &new, Some(&base)).await?;
     }
     let Inserted { intent, json } = inserted.ok_or_else(|| {
-        ApiError::Database(sqlx::Error::Protocol(
+        ApiError::ChangedMeanwhile(
             "the merchant's settings changed twice while the order was made".to_owned(),
-        ))
+        )
     })?;
     let location = HeaderValue::try_from(format!("/v1/payment_intents/{}", intent.id))
         .map_err(|e| ApiError::Internal(e.into()))?;

@@ -15,6 +15,7 @@ mod merchants;
 mod network;
 mod operations;
 mod orders;
+mod permit2;
 mod pool;
 mod refunds;
 mod security;

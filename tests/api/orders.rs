@@ -669,19 +669,6 @@ fn reconcile_on(app: &TestApp, chains: &[&Anvil], which: &Anvil) -> (bool, Strin
     (output.status.success(), text)
 }
 
-/// Waits until the app followed `chain` up to its head.
-async fn followed(app: &TestApp, chain: &Anvil) {
-    let head = chain.block_number().await;
-    app.wait_until(
-        &format!("{} followed to block {head}", chain.name()),
-        &format!(
-            "(SELECT block_number FROM chain_cursors WHERE chain_id = {}) >= {head}",
-            chain.chain_id
-        ),
-    )
-    .await;
-}
-
 /// Anvil as 31337 and as 31338, and the app settling on both at once, its relayer on.
 async fn on_two_chains(confirmations: u64) -> (Anvil, Anvil, TestApp) {
     let first = Anvil::start().await;
@@ -760,8 +747,8 @@ async fn two_chains_at_once_an_order_paid_on_the_second_and_money_on_the_first_b
         balances["totals"],
         json!([{"currency": "usd", "amount": "8.00"}])
     );
-    followed(&app, &first).await;
-    followed(&app, &second).await;
+    app.followed(&first).await;
+    app.followed(&second).await;
     for chain in chains {
         let (agreed, output) = reconcile_on(&app, &chains, chain);
         assert!(agreed, "{}: {output}", chain.name());
@@ -823,7 +810,7 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
     assert_eq!(paid["chain"], "evm:31338");
     assert_eq!(paid["amount_received"], "1500000");
     first.mine(4).await;
-    followed(&app, &first).await;
+    app.followed(&first).await;
     let booked_on_first: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM ledger_entries WHERE chain = 'evm:31337' AND intent_id = $1",
     )
@@ -854,8 +841,8 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
     assert_eq!(now["duplicate_payments"][0]["chain"], "evm:31337");
     first.mine(3).await;
     second.mine(3).await;
-    followed(&app, &first).await;
-    followed(&app, &second).await;
+    app.followed(&first).await;
+    app.followed(&second).await;
     for chain in chains {
         let (agreed, output) = reconcile_on(&app, &chains, chain);
         assert!(agreed, "{}: {output}", chain.name());

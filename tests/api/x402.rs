@@ -141,7 +141,7 @@ async fn supported_names_each_served_chain_and_the_relayer() {
         answer.json(),
         json!({
             "kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:31337"}],
-            "extensions": [],
+            "extensions": ["payment-identifier"],
             "signers": {"eip155:*": [relayer]},
         })
     );
@@ -345,6 +345,79 @@ async fn settle_pays_once_and_answers_success_once() {
         // Another merchant cannot see it.
         assert_eq!(app.get_as(OTHER_TOKEN, &path).await.status, 404);
     }
+}
+
+/// x402's `payment-identifier` is the settle's Idempotency-Key (`docs/x402.md`, "Payment
+/// identifiers"): the same id and payload is answered as the first settle was, byte for byte, and
+/// pays once; the same id with another payload is refused with 409 and stores nothing; a malformed
+/// id is a 400 naming the field.
+#[tokio::test]
+async fn a_payment_identifier_is_the_settles_idempotency_key() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let identified = |payment: &Payment, id: &str| {
+        let mut body = payment.request(&anvil, payment.requirements());
+        body["paymentPayload"]["extensions"] =
+            json!({"payment-identifier": {"info": {"required": false, "id": id}}});
+        body
+    };
+    let id = "pay_7d5d747be160e280504c099d984bcfe0";
+    let payment = Payment::new(&anvil, TOKEN).await;
+    let body = identified(&payment, id);
+    let payee_before = anvil.balance_of(TOKEN, PAYEE);
+    let first = settle(&app, None, &body).await;
+    assert_eq!(first.json()["success"], true, "{}", first.body);
+    for _ in 0..2 {
+        let again = settle(&app, None, &body).await;
+        assert_eq!(again.body, first.body, "the first answer, byte for byte");
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    }
+    assert_eq!(anvil.balance_of(TOKEN, PAYEE), payee_before + 1_000_000);
+    let key = app
+        .get_as(DEMO_TOKEN, &format!("/v1/idempotency_keys/{id}"))
+        .await;
+    assert_eq!(key.status, 200, "{}", key.body);
+
+    // The same id, another payment: refused, nothing stored.
+    let other = Payment::new(&anvil, TOKEN).await;
+    let refused = app
+        .post_as(
+            DEMO_TOKEN,
+            "/x402/settle",
+            None,
+            &identified(&other, id).to_string(),
+        )
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.json()["error"], "payment_identifier_reused");
+    let path = format!("/x402/payments/eip155:31337/{PAYER}/{}", other.nonce);
+    assert_eq!(app.get_as(DEMO_TOKEN, &path).await.status, 404);
+    // An Idempotency-Key that says otherwise than the id is no key at all.
+    let both = app
+        .post_as(
+            DEMO_TOKEN,
+            "/x402/settle",
+            Some("another-key-entirely"),
+            &body.to_string(),
+        )
+        .await;
+    assert_eq!(both.status, 400, "{}", both.body);
+    // A malformed id is named.
+    let malformed = app
+        .post_as(
+            DEMO_TOKEN,
+            "/x402/settle",
+            None,
+            &identified(&other, "short").to_string(),
+        )
+        .await;
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    assert!(
+        malformed.body.contains("payment-identifier"),
+        "{}",
+        malformed.body
+    );
+    assert_eq!(app.get_as(DEMO_TOKEN, &path).await.status, 404);
 }
 
 #[tokio::test]

@@ -4,7 +4,11 @@
 import express from "express";
 import { paymentMiddleware, x402ResourceServer } from "@x402/express";
 import { HTTPFacilitatorClient } from "@x402/core/server";
-import { wrapFetchWithPaymentFromConfig } from "@x402/fetch";
+import { wrapFetchWithPayment, x402Client } from "@x402/fetch";
+import {
+  PAYMENT_IDENTIFIER, appendPaymentIdentifierToExtensions, declarePaymentIdentifierExtension,
+  paymentIdentifierResourceServerExtension,
+} from "@x402/extensions/payment-identifier";
 import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
 import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
 import { toHex } from "viem";
@@ -33,15 +37,24 @@ export function facilitatorAt(url) {
 /// The resource server of docs/x402.md: an express app whose routes cost PRICE of a token. `facilitator`
 /// is the facilitator client it asks (default: ours at `facilitatorUrl`).
 export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl)) {
-  const server = new x402ResourceServer(facilitator).register(NETWORK, new ExactEvmServer());
-  const route = (asset) => ({
+  const server = new x402ResourceServer(facilitator)
+    .register(NETWORK, new ExactEvmServer())
+    .registerExtension(paymentIdentifierResourceServerExtension);
+  const route = (asset, extensions) => ({
     accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra: TOKENS[asset] } },
     description: "The weather, paid per call",
+    extensions,
   });
   const app = express();
-  app.use(paymentMiddleware({ "GET /weather": route(DEVNET_USD), "GET /weather-usdc": route(USDC) }, server));
+  app.use(paymentMiddleware({
+    "GET /weather": route(DEVNET_USD),
+    "GET /weather-usdc": route(USDC),
+    // A route that asks its clients for a payment identifier (x402's payment-identifier extension).
+    "GET /weather-identified": route(DEVNET_USD, { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }),
+  }, server));
   app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
   app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
+  app.get("/weather-identified", (_req, res) => res.json({ weather: "sunny, identified" }));
   const port = await freePort();
   const listening = app.listen(port, "127.0.0.1");
   await new Promise((resolve) => listening.once("listening", resolve));
@@ -50,7 +63,9 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
 
 /// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
 /// not sent at all (the caller answers it), so the signed header can be used as the caller likes.
-export function payingClient({ hold = false, key = PAYER_KEY } = {}) {
+/// With `paymentId`, every payment it makes carries that payment identifier where a route asks for
+/// one, as x402's documentation shows a client doing it.
+export function payingClient({ hold = false, key = PAYER_KEY, paymentId } = {}) {
   const sent = [];
   const transport = async (input, init) => {
     const request = new Request(input, init);
@@ -61,13 +76,19 @@ export function payingClient({ hold = false, key = PAYER_KEY } = {}) {
     }
     return fetch(request);
   };
-  const pay = wrapFetchWithPaymentFromConfig(transport, {
+  const client = x402Client.fromConfig({
     schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) }],
     // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
     spendControls: {
       allowedAssets: Object.keys(TOKENS).map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
     },
   });
+  if (paymentId) {
+    client.onBeforePaymentCreation(async ({ paymentRequired }) => {
+      if (paymentRequired.extensions) appendPaymentIdentifierToExtensions(paymentRequired.extensions, paymentId);
+    });
+  }
+  const pay = wrapFetchWithPayment(transport, client);
   return { pay, sent };
 }
 

@@ -13,7 +13,8 @@ import { x402Facilitator } from "@x402/core/facilitator";
 import { decodePaymentSignatureHeader } from "@x402/core/http";
 import { decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitator";
-import { toFacilitatorEvmSigner } from "@x402/evm";
+import { ExactEvmScheme as ExactEvmClient, toFacilitatorEvmSigner } from "@x402/evm";
+import { readFileSync } from "node:fs";
 import { createWalletClient, defineChain, http, publicActions, keccak256, toHex } from "viem";
 // viem carries Multicall3's bytecode for its deployless calls, though it does not export it.
 import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
@@ -21,11 +22,14 @@ import { privateKeyToAccount } from "viem/accounts";
 import {
   freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC,
 } from "../node/stack.mjs";
-import { NETWORK, PRICE, TOKENS, startResource, payingClient, signPayment } from "./resource.mjs";
+import { generatePaymentId } from "@x402/extensions/payment-identifier";
+import { NETWORK, PRICE, TOKENS, facilitatorAt, startResource, payingClient, signPayment } from "./resource.mjs";
 
 const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
 
 let chain, api, resource, resourceUrl, dropper;
+/// The reference facilitator the differential tests compare ours with, once made.
+let referenceFacilitator;
 
 /// A proxy to our API that, while armed, answers nothing to the next POST /x402/settle: it lets the
 /// request through, waits for our answer and then drops the connection.
@@ -145,6 +149,26 @@ test("a settle whose answer is lost: one transfer, found afterwards, and no acce
   assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance + BigInt(PRICE));
 });
 
+test("a payment identifier made by x402's client is the settle's key: its payload settled again gets the same answer, another payload under it is refused", async () => {
+  const paymentId = generatePaymentId();
+  const { pay, sent } = payingClient({ hold: true, paymentId });
+  assert.equal((await pay(`${resourceUrl}/weather-identified`)).status, 599);
+  assert.equal((await pay(`${resourceUrl}/weather-identified`)).status, 599);
+  const [first, second] = sent.map(decodePaymentSignatureHeader);
+  assert.equal(first.extensions?.["payment-identifier"]?.info?.id, paymentId, JSON.stringify(first.extensions));
+  assert.notEqual(first.payload.authorization.nonce, second.payload.authorization.nonce);
+  const balance = chain.balanceOf(DEVNET_USD, MERCHANT);
+  // The resource server's facilitator client, as a resource server whose answer was lost settles again.
+  const facilitator = facilitatorAt(`${api.base}/x402`);
+  const settled = await facilitator.settle(first, first.accepted);
+  assert.equal(settled.success, true, JSON.stringify(settled));
+  const again = await facilitator.settle(first, first.accepted);
+  assert.deepEqual(again, settled);
+  paidOnce(await transfersIn(settled.transaction));
+  await assert.rejects(facilitator.settle(second, second.accepted), /409.*payment_identifier_reused/s);
+  assert.equal(chain.balanceOf(DEVNET_USD, MERCHANT), balance + BigInt(PRICE));
+});
+
 // What docs/x402.md says of `settlement_pending`, checked against x402's own resource server:
 // it takes the answer as final (402 to the client), while the payment we stored is still made.
 test("x402's resource server takes settlement_pending as final: 402, and the stored payment is made once the chain mines", async () => {
@@ -186,6 +210,7 @@ test("the reference facilitator and ours give the same verdict and reason on the
   // its canonical address: so does this one (the runtime code viem carries, past its constructor).
   await chain.rpc("anvil_setCode", ["0xcA11bde05977b3631167028862bE2a173976CA11", `0x${multicall3Bytecode.slice(2 + 64)}`]);
   const reference = new x402Facilitator().register(NETWORK, new ExactEvmFacilitator(toFacilitatorEvmSigner(wallet)));
+  referenceFacilitator = { wallet, reference };
 
   // A nonce used on chain already: settled through ours first.
   const used = await signedPayment({});
@@ -214,4 +239,72 @@ test("the reference facilitator and ours give the same verdict and reason on the
       `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
     );
   }
+});
+
+/// A token like Tether's (its `transfer` returns nothing, it has no EIP-3009), deployed by `key`,
+/// which holds 1 000 000 of it; `approve` sets what its holder lets Permit2 move.
+async function usdtLike(wallet) {
+  const artifact = JSON.parse(readFileSync(new URL("../../contracts/build/NoReturnToken.json", import.meta.url)));
+  const hash = await wallet.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode, args: [[wallet.account.address], 10n ** 12n] });
+  const { contractAddress } = await wallet.waitForTransactionReceipt({ hash });
+  return contractAddress;
+}
+
+test("the reference facilitator and ours give the same reason on the same bad Permit2 payments", async () => {
+  assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
+  const { reference } = referenceFacilitator;
+  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
+  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
+  const payer = walletOf(PAYER_KEY);
+  const spare = walletOf(SPARE_KEY);
+  const approve = async (wallet, token) => {
+    const hash = await wallet.writeContract({
+      address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
+      abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
+    });
+    await wallet.waitForTransactionReceipt({ hash });
+  };
+  // The payer approved Permit2 for one token, not for the other; the spare account approved it
+  // for the first and holds none of it.
+  const approved = await usdtLike(payer);
+  const unapproved = await usdtLike(payer);
+  await approve(payer, approved);
+  await approve(spare, approved);
+  // Payments made by x402's own client, as a resource server asking for Permit2 gets them.
+  const permit2Payment = async ({ key = PAYER_KEY, asset = approved, change = () => {} }) => {
+    const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2" } };
+    const created = await new ExactEvmClient(privateKeyToAccount(key)).createPaymentPayload(2, required);
+    assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
+    change(created.payload.permit2Authorization);
+    return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+  };
+  const cases = {
+    "another spender than the exact proxy": await permit2Payment({ change: (a) => (a.spender = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002") }),
+    "paying someone else than payTo": await permit2Payment({ change: (a) => (a.witness.to = PAYER) }),
+    "a deadline past": await permit2Payment({ change: (a) => (a.deadline = "1") }),
+    "not valid yet": await permit2Payment({ change: (a) => (a.witness.validAfter = String(2 ** 40)) }),
+    "another amount": await permit2Payment({ change: (a) => (a.permitted.amount = "9999") }),
+    "another token": await permit2Payment({ change: (a) => (a.permitted.token = DEVNET_USD) }),
+    "signed by someone else": await permit2Payment({ change: (a) => (a.from = MERCHANT) }),
+    "a token the payer did not approve Permit2 for": await permit2Payment({ asset: unapproved }),
+    "a payer who holds too little": await permit2Payment({ key: SPARE_KEY }),
+  };
+  for (const [what, { payload, required }] of Object.entries(cases)) {
+    const theirs = await reference.verify(payload, required);
+    const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: payload, paymentRequirements: required });
+    assert.equal(ours.status, 200, `${what}: ${JSON.stringify(ours.body)}`);
+    assert.equal(theirs.isValid, false, `${what}: the reference's ${JSON.stringify(theirs)}`);
+    assert.deepEqual(
+      { isValid: ours.body.isValid, invalidReason: ours.body.invalidReason },
+      { isValid: theirs.isValid, invalidReason: theirs.invalidReason },
+      `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
+    );
+  }
+  // A good one: valid to the reference; ours checks it in full but does not settle Permit2 yet,
+  // so it does not call it valid (docs/x402.md, "Permit2").
+  const good = await permit2Payment({});
+  assert.equal((await reference.verify(good.payload, good.required)).isValid, true);
+  const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
+  assert.deepEqual([ours.body.isValid, ours.body.invalidReason], [false, "unsupported_payload_type"], JSON.stringify(ours.body));
+  assert.match(ours.body.invalidMessage, /passes every check/);
 });

@@ -4,7 +4,8 @@
 //! accounts in the constructor: one transaction, so it happens entirely or not at all. Then
 //! Circle's FiatTokenV2_2 is deployed behind its proxy at `0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba`
 //! (`fiat_token`), minting the same to the same accounts, and the factory of deposit addresses
-//! (`deposit`) by anvil's sixth account. A second run finds all three and changes nothing.
+//! (`deposit`) by anvil's sixth account, and Permit2 with x402's two Permit2 proxies at their
+//! canonical addresses (`permit2`). A second run finds them all and changes nothing.
 
 use alloy::{
     network::EthereumWallet,
@@ -57,11 +58,14 @@ pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
         .await
         .context("deploying USDC (FiatTokenV2_2)")?;
     let factory = super::deposit::deploy_devnet_factory(rpc_url).await?;
+    let permit2 = super::permit2::place(rpc_url)
+        .await
+        .context("placing Permit2 and x402's proxies")?;
     Ok(Devnet {
         token,
         usdc: super::fiat_token::address(),
         deposit_factory: super::deposit::devnet_factory(),
-        deployed_now: devnet_usd || usdc || factory,
+        deployed_now: devnet_usd || usdc || factory || permit2,
     })
 }
 

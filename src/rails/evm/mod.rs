@@ -7,11 +7,13 @@
 //! - `deposit`: deposit addresses, the CREATE2 address of an intent's forwarder, and its factory
 //! - `devnet`: `payments-api devnet`, the devnet token, USDC and the deposit factory on anvil
 //! - `fiat_token`: Circle's USDC (FiatTokenV2_2 behind its proxy), built from Circle's source
+//! - `permit2`: Permit2 and x402's Permit2 proxies at their canonical addresses, on a devnet
 
 pub mod authorization;
 pub mod deposit;
 pub mod devnet;
 pub mod fiat_token;
+pub mod permit2;
 pub mod token;
 
 pub use alloy::primitives::{Address, B256, U256};

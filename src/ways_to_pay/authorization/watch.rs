@@ -9,7 +9,6 @@
 use alloy::rpc::types::Log;
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
-use time::OffsetDateTime;
 
 use crate::{
     config::ChainEndpoint,
@@ -179,12 +178,7 @@ impl Watch for PaymentWatch {
             (NonceKind::Used, true) => (Action::Settle, PaymentOutcome::Succeeded),
             (NonceKind::Used, false) => (Action::BurnNonce, PaymentOutcome::NonceUsedOtherwise),
         };
-        let settlement = Settlement {
-            transaction_hash: o.transaction_hash.clone(),
-            block_number: o.block_number as u64,
-            block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-                .map_err(WatchError::unreadable)?,
-        };
+        let settlement = Settlement::observed(o)?;
         let paid = used.pays_intent.then_some(&settlement);
         let outcome = match repo::apply_paid(
             tx,
@@ -279,12 +273,7 @@ impl PaymentWatch {
         book(tx, chain, o, used).await?;
         let moved = match choice {
             repo::Choice::Chosen => {
-                let settlement = Settlement {
-                    transaction_hash: o.transaction_hash.clone(),
-                    block_number: o.block_number as u64,
-                    block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-                        .map_err(WatchError::unreadable)?,
-                };
+                let settlement = Settlement::observed(o)?;
                 repo::apply_paid(
                     tx,
                     &used.merchant_id,

@@ -397,8 +397,7 @@ impl DepositWatch {
         transfer: &DepositTransfer,
         o: &Observation,
     ) -> Result<DepositOutcome, WatchError> {
-        let block_time = OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-            .map_err(WatchError::unreadable)?;
+        let paid = Settlement::observed(o)?;
         // Counted by the intents' rule of paying, judged by the deposit's own block.
         let intent = repo::count_deposit(
             tx,
@@ -432,11 +431,6 @@ impl DepositWatch {
         }
         let state = seen.state;
         let action = state::deposit_action(state, reason.as_deref(), intent.reaches);
-        let paid = Settlement {
-            transaction_hash: o.transaction_hash.clone(),
-            block_number: o.block_number as u64,
-            block_timestamp: block_time,
-        };
         let settlement = (action == Action::Settle).then_some(&paid);
         Ok(
             match self

@@ -8,7 +8,6 @@
 use alloy::{rpc::types::Log, sol_types::SolEvent};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
-use time::OffsetDateTime;
 
 use super::{
     repo::{self, TransitionError},
@@ -226,12 +225,7 @@ impl Watch for RefundWatch {
                 (Action::BurnNonce, RefundOutcome::NonceUsedOtherwise)
             }
         };
-        let settlement = Settlement {
-            transaction_hash: o.transaction_hash.clone(),
-            block_number: o.block_number as u64,
-            block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-                .map_err(WatchError::unreadable)?,
-        };
+        let settlement = Settlement::observed(o)?;
         let paid = used.pays_refund.then_some(&settlement);
         let outcome = match repo::apply(tx, &used.merchant_id, &used.refund_id, action, paid).await
         {
@@ -323,12 +317,7 @@ async fn apply_transfer(
     o: &Observation,
 ) -> Result<RefundOutcome, WatchError> {
     let (_, seen): (RefundTransferKind, TransferSeen) = o.read()?;
-    let settlement = Settlement {
-        transaction_hash: o.transaction_hash.clone(),
-        block_number: o.block_number as u64,
-        block_timestamp: OffsetDateTime::from_unix_timestamp(o.block_timestamp)
-            .map_err(WatchError::unreadable)?,
-    };
+    let settlement = Settlement::observed(o)?;
     match repo::apply(
         tx,
         &seen.merchant_id,

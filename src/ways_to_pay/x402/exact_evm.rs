@@ -82,7 +82,7 @@ impl VerifyResponse {
 }
 
 /// 9999-12-31T23:59:59Z: a later `validBefore` (one in milliseconds, say) is no time we can keep.
-const LAST_VALID_BEFORE: u64 = 253_402_300_799;
+pub(super) const LAST_VALID_BEFORE: u64 = 253_402_300_799;
 
 /// The served chain of a CAIP-2 `eip155:<id>` network, as our `evm:<id>`.
 pub fn served_chain(chains: &Chains, network: &str) -> Option<String> {
@@ -107,6 +107,18 @@ pub async fn verify(
     chains: &Chains,
     request: &Request,
 ) -> Result<VerifyResponse, ApiError> {
+    if super::exact_permit2::is_permit2(request) {
+        // Checked in full, so a client learns what is wrong with it; settle does not take it yet,
+        // so a payment that passes is not called valid (`docs/x402.md`, "Permit2").
+        return Ok(match super::exact_permit2::check(chains, request).await? {
+            Ok(checked) => VerifyResponse::invalid(
+                "unsupported_payload_type",
+                Some(checked.permit.owner),
+                "the Permit2 payment passes every check, but this facilitator does not settle payments by Permit2 yet",
+            ),
+            Err(invalid) => invalid,
+        });
+    }
     Ok(match check(conn, chains, request).await? {
         Ok(checked) => VerifyResponse {
             is_valid: true,
@@ -139,7 +151,7 @@ pub async fn check(
         return Ok(Err(VerifyResponse::invalid(
             "unsupported_payload_type",
             None,
-            "the payload is not an EIP-3009 authorization with its signature (Permit2 is not served)",
+            "the payload is neither an EIP-3009 nor a Permit2 authorization with its signature",
         )));
     };
     let a = &payload.authorization;
@@ -357,7 +369,7 @@ async fn held_already(
     Ok(owner.is_some())
 }
 
-fn unavailable(chain: &str, e: ChainError) -> ApiError {
+pub(super) fn unavailable(chain: &str, e: ChainError) -> ApiError {
     ApiError::ChainUnavailable(format!(
         "{chain} did not answer what verifying this payment needs ({e}); retry later"
     ))

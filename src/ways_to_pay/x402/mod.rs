@@ -6,11 +6,15 @@
 //!
 //! - `exact_evm`: the `exact` scheme's payload and its verification, with the reference
 //!   facilitator's reasons
+//! - `exact_permit2`: the same scheme by Permit2, for tokens without EIP-3009
 //! - `settle`: one payment, one success: store, submit, wait, claim the success
+//! - `payment_identifier`: x402's `payment-identifier` extension, the settle's idempotency key
 //! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
 //!   payment by its key
 
 pub mod exact_evm;
+pub mod exact_permit2;
+pub mod payment_identifier;
 pub mod routes;
 pub mod settle;
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     exact_evm::{self, Request, VerifyResponse},
-    settle,
+    payment_identifier, settle,
 };
 use crate::{
     auth::MerchantId,
@@ -38,7 +38,10 @@ where
     Chains: FromRef<S>,
 {
     idempotency.settings.key_required = false;
-    let settle = post(settle::settle).layer(from_fn_with_state(idempotency, idempotency_layer));
+    idempotency.key_in_body = Some(payment_identifier::key_in_body);
+    let settle = post(settle::settle)
+        .layer(from_fn_with_state(idempotency, idempotency_layer))
+        .layer(axum::middleware::from_fn(payment_identifier::refuse_reuse));
     Router::new()
         .route("/x402/supported", get(supported))
         .route("/x402/verify", post(verify))
@@ -94,7 +97,7 @@ pub async fn supported(State(chains): State<Chains>) -> Result<Json<SupportedRes
         .collect();
     Ok(Json(SupportedResponse {
         kinds,
-        extensions: Vec::new(),
+        extensions: vec![payment_identifier::EXTENSION.to_owned()],
         signers: BTreeMap::from([("eip155:*".to_owned(), relayers)]),
     }))
 }

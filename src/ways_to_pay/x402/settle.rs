@@ -154,7 +154,11 @@ pub async fn settle(
         payer: None,
     };
     let Some(payload) = exact_evm::eip3009_payload(&request) else {
-        let why = "the payload is not an EIP-3009 authorization with its signature";
+        let why = if super::exact_permit2::is_permit2(&request) {
+            "this facilitator does not settle payments by Permit2 yet"
+        } else {
+            "the payload is not an EIP-3009 authorization with its signature"
+        };
         return Ok(json(answer.failure("unsupported_payload_type", why, None)));
     };
     answer.payer = Some(payload.authorization.from.to_checksum(None));

@@ -159,17 +159,59 @@ impl Anvil {
 
     /// Runs `cast` against this node; returns its stdout, trimmed.
     pub fn cast(&self, args: &[&str]) -> String {
+        self.try_cast(args)
+            .unwrap_or_else(|stderr| panic!("cast {args:?}: {stderr}"))
+    }
+
+    /// Runs `cast`: its stdout, trimmed, or its stderr when it failed (a call that reverts).
+    pub fn try_cast(&self, args: &[&str]) -> Result<String, String> {
         let output = Command::new(tool("cast"))
             .args(args)
             .env("ETH_RPC_URL", &self.url)
             .output()
             .expect("run cast");
-        assert!(
-            output.status.success(),
-            "cast {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
+        if output.status.success() {
+            Ok(String::from_utf8(output.stdout).unwrap().trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+
+    /// Deploys a test token from its artifact, `PAYER` holding 1 000 000 of it; returns its
+    /// address.
+    pub fn deploy_token(&self, artifact: &str) -> String {
+        let artifact: Value = serde_json::from_str(artifact).unwrap();
+        let argument = self.cast(&[
+            "abi-encode",
+            "constructor(address[],uint256)",
+            &format!("[{PAYER}]"),
+            "1000000000000",
+        ]);
+        let code = format!(
+            "{}{}",
+            artifact["bytecode"].as_str().unwrap(),
+            argument.trim_start_matches("0x")
         );
-        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+        let receipt: Value = serde_json::from_str(&self.cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            "--json",
+            "--create",
+            &code,
+        ]))
+        .unwrap();
+        self.cast(&[
+            "to-check-sum-address",
+            receipt["contractAddress"].as_str().unwrap(),
+        ])
+    }
+
+    /// Sends a transaction calling `signature` on `to` with `args`, signed by `key`.
+    pub fn send(&self, key: &str, to: &str, signature: &str, args: &[&str]) {
+        let mut all = vec!["send", "--private-key", key, to, signature];
+        all.extend_from_slice(args);
+        self.cast(&all);
     }
 
     /// `address`'s balance of the devnet token.
@@ -466,6 +508,33 @@ impl super::TestApp {
             tokio::time::sleep(Duration::from_millis(50)).await;
         })
         .await
+    }
+
+    /// Waits until the app followed `chain` up to its head as it is now.
+    pub async fn followed(&self, chain: &Anvil) {
+        let head = chain.block_number().await;
+        self.wait_until(
+            &format!("{} followed to block {head}", chain.name()),
+            &format!(
+                "(SELECT block_number FROM chain_cursors WHERE chain_id = {}) >= {head}",
+                chain.chain_id
+            ),
+        )
+        .await;
+    }
+
+    /// Mines `chain` until the app has followed it past the block that is its head now.
+    pub async fn mine_until_followed(&self, chain: &Anvil) {
+        let head = chain.block_number().await;
+        self.mine_until(
+            chain,
+            &format!("{} followed past block {head}", chain.name()),
+            &format!(
+                "(SELECT block_number FROM chain_cursors WHERE chain_id = {}) >= {head}",
+                chain.chain_id
+            ),
+        )
+        .await;
     }
 
     pub async fn wait_for_state(&self, id: &str, state: &str) {

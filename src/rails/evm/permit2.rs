@@ -1,0 +1,314 @@
+//! Permit2 and x402's Permit2 proxies: contracts that live at the same address on every chain, so
+//! a signature names them by that address. Real chains have them; a devnet gets them from
+//! [`place`], which writes each one's runtime code (built from the vendored sources into
+//! `contracts/build/`) at its address with `anvil_setCode`, its immutables filled in as its
+//! constructor would have filled them there (`docs/settlement.md`, "Permit2 on the devnet").
+
+use std::collections::BTreeMap;
+
+use alloy::{
+    primitives::{Address, B256, Bytes, U256, address, b256},
+    providers::{Provider, ProviderBuilder},
+    sol_types::eip712_domain,
+};
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::rails::rpc::{ChainError, Node};
+
+/// Uniswap's Permit2, at its canonical address.
+pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
+/// x402's proxy for the `exact` scheme by Permit2: the spender a payer's signature names.
+pub const X402_EXACT_PROXY: Address = address!("0x402085c248EeA27D92E8b30b2C58ed07f9E20001");
+/// x402's proxy for the `upto` scheme.
+pub const X402_UPTO_PROXY: Address = address!("0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002");
+
+/// OpenZeppelin 5.5's `ReentrancyGuard` status slot (ERC-7201), which the proxies' constructor
+/// sets to 1 (not entered): written so, a placed proxy costs the gas of a deployed one.
+const REENTRANCY_STATUS_SLOT: B256 =
+    b256!("0x9b779b17422d0df92223018b32b4d1fa46e071723d6817e2486d003becc55f00");
+
+/// Permit2's EIP-712 domain separator on `chain_id`: its domain has a name, no version.
+pub fn permit2_domain_separator(chain_id: u64) -> B256 {
+    eip712_domain! {
+        name: "Permit2",
+        chain_id: chain_id,
+        verifying_contract: PERMIT2,
+    }
+    .separator()
+}
+
+mod bindings {
+    alloy::sol! {
+        #[sol(rpc)]
+        X402ExactPermit2Proxy,
+        "contracts/build/x402ExactPermit2Proxy.json"
+    }
+}
+pub use bindings::X402ExactPermit2Proxy;
+
+/// What a payer signs for x402's `exact` proxy: Permit2's `PermitWitnessTransferFrom`, its witness
+/// the proxy's (`Witness(address to,uint256 validAfter)`), field for field.
+pub mod exact {
+    alloy::sol! {
+        #[derive(Debug, PartialEq, Eq)]
+        struct TokenPermissions {
+            address token;
+            uint256 amount;
+        }
+        #[derive(Debug, PartialEq, Eq)]
+        struct Witness {
+            address to;
+            uint256 validAfter;
+        }
+        #[derive(Debug, PartialEq, Eq)]
+        struct PermitWitnessTransferFrom {
+            TokenPermissions permitted;
+            address spender;
+            uint256 nonce;
+            uint256 deadline;
+            Witness witness;
+        }
+    }
+}
+
+/// One payment by Permit2 through x402's `exact` proxy: `amount` of `token` from `owner` to `to`,
+/// not before `valid_after`, not after `deadline` (unix seconds, inclusive), under `nonce`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExactPermit {
+    pub chain_id: u64,
+    pub token: Address,
+    pub amount: U256,
+    pub owner: Address,
+    pub to: Address,
+    pub nonce: U256,
+    pub deadline: U256,
+    pub valid_after: U256,
+}
+
+impl ExactPermit {
+    fn message(&self) -> exact::PermitWitnessTransferFrom {
+        exact::PermitWitnessTransferFrom {
+            permitted: exact::TokenPermissions {
+                token: self.token,
+                amount: self.amount,
+            },
+            spender: X402_EXACT_PROXY,
+            nonce: self.nonce,
+            deadline: self.deadline,
+            witness: exact::Witness {
+                to: self.to,
+                validAfter: self.valid_after,
+            },
+        }
+    }
+
+    /// The EIP-712 digest the owner signs: Permit2's domain on its chain.
+    pub fn digest(&self) -> B256 {
+        use alloy::sol_types::SolStruct;
+        let domain = eip712_domain! {
+            name: "Permit2",
+            chain_id: self.chain_id,
+            verifying_contract: PERMIT2,
+        };
+        self.message().eip712_signing_hash(&domain)
+    }
+
+    /// The proxy's `settle(permit, owner, witness, signature)`, which anyone may send.
+    pub fn settle_calldata(&self, signature: Bytes) -> Bytes {
+        use alloy::sol_types::SolCall;
+        use bindings::{ISignatureTransfer, x402ExactPermit2Proxy};
+        X402ExactPermit2Proxy::settleCall {
+            permit: ISignatureTransfer::PermitTransferFrom {
+                permitted: ISignatureTransfer::TokenPermissions {
+                    token: self.token,
+                    amount: self.amount,
+                },
+                nonce: self.nonce,
+                deadline: self.deadline,
+            },
+            owner: self.owner,
+            witness: x402ExactPermit2Proxy::Witness {
+                to: self.to,
+                validAfter: self.valid_after,
+            },
+            signature,
+        }
+        .abi_encode()
+        .into()
+    }
+}
+
+alloy::sol! {
+    /// What a Permit2 payment's checks read of its token.
+    #[sol(rpc)]
+    interface Permit2Token {
+        function balanceOf(address owner) external view returns (uint256);
+        function allowance(address owner, address spender) external view returns (uint256);
+    }
+}
+
+/// What the token says of a Permit2 payment's owner: its balance, and what it lets Permit2 move.
+pub async fn owner_funds(
+    node: &Node,
+    token: Address,
+    owner: Address,
+) -> Result<(U256, U256), ChainError> {
+    let token = Permit2Token::new(token, node);
+    let balance = token.balanceOf(owner).call().await?;
+    let allowance = token.allowance(owner, PERMIT2).call().await?;
+    Ok((balance, allowance))
+}
+
+/// Asks the exact proxy, by `eth_call` of the settle `permit` would make, whether it would pay
+/// now: `Ok(None)` if so, `Ok(Some(reason))` with its revert if not.
+pub async fn simulate_exact_settle(
+    node: &Node,
+    permit: &ExactPermit,
+    signature: Bytes,
+) -> Result<Option<String>, ChainError> {
+    use alloy::{eips::BlockId, network::TransactionBuilder, rpc::types::TransactionRequest};
+    let request = TransactionRequest::default()
+        .with_to(X402_EXACT_PROXY)
+        .with_input(permit.settle_calldata(signature));
+    match node.call(request).block(BlockId::latest()).await {
+        Ok(_) => Ok(None),
+        Err(e) => match ChainError::from(e) {
+            ChainError::Reverted { reason } => Ok(Some(reason)),
+            other => Err(other),
+        },
+    }
+}
+
+/// A committed artifact of a contract placed at its address: its runtime code and where in it
+/// each immutable's 32 bytes go.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Placed {
+    deployed_bytecode: Bytes,
+    immutable_references: BTreeMap<String, Vec<Reference>>,
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    start: usize,
+    length: usize,
+}
+
+impl Placed {
+    fn from_artifact(json: &str) -> Self {
+        serde_json::from_str(json).expect("a committed artifact")
+    }
+
+    /// The runtime code with each immutable set to its value; every immutable must be given.
+    fn runtime(&self, values: &[(&str, B256)]) -> Bytes {
+        let mut code = self.deployed_bytecode.to_vec();
+        for (name, references) in &self.immutable_references {
+            let (_, value) = values
+                .iter()
+                .find(|(given, _)| given == name)
+                .unwrap_or_else(|| panic!("no value for the immutable {name}"));
+            for reference in references {
+                assert_eq!(reference.length, 32, "an immutable takes one word");
+                code[reference.start..reference.start + 32].copy_from_slice(value.as_slice());
+            }
+        }
+        code.into()
+    }
+}
+
+/// The code each contract has at its address on chain `chain_id`.
+pub fn runtimes(chain_id: u64) -> [(Address, Bytes); 3] {
+    let permit2 = Placed::from_artifact(include_str!("../../../contracts/build/Permit2.json"));
+    let exact = Placed::from_artifact(include_str!(
+        "../../../contracts/build/x402ExactPermit2Proxy.json"
+    ));
+    let upto = Placed::from_artifact(include_str!(
+        "../../../contracts/build/x402UptoPermit2Proxy.json"
+    ));
+    let permit2_word = PERMIT2.into_word();
+    [
+        (
+            PERMIT2,
+            permit2.runtime(&[
+                ("_CACHED_CHAIN_ID", U256::from(chain_id).into()),
+                (
+                    "_CACHED_DOMAIN_SEPARATOR",
+                    permit2_domain_separator(chain_id),
+                ),
+            ]),
+        ),
+        (
+            X402_EXACT_PROXY,
+            exact.runtime(&[("PERMIT2", permit2_word)]),
+        ),
+        (X402_UPTO_PROXY, upto.runtime(&[("PERMIT2", permit2_word)])),
+    ]
+}
+
+/// Places Permit2 and both proxies on the anvil at `rpc_url`; `false` if they were there already.
+pub async fn place(rpc_url: &url::Url) -> anyhow::Result<bool> {
+    let node = ProviderBuilder::new().connect_http(rpc_url.clone());
+    let chain_id = node
+        .get_chain_id()
+        .await
+        .with_context(|| format!("cannot reach the chain at {rpc_url}"))?;
+    let mut placed = false;
+    for (at, runtime) in runtimes(chain_id) {
+        let code = node.get_code_at(at).await?;
+        if code == runtime {
+            continue;
+        }
+        if !code.is_empty() {
+            bail!("{at} holds other code than the one this devnet places there");
+        }
+        let () = node
+            .raw_request("anvil_setCode".into(), (at, &runtime))
+            .await
+            .with_context(|| format!("placing the code of {at} (anvil_setCode)"))?;
+        if at != PERMIT2 {
+            let _: bool = node
+                .raw_request(
+                    "anvil_setStorageAt".into(),
+                    (at, REENTRANCY_STATUS_SLOT, B256::from(U256::from(1))),
+                )
+                .await
+                .with_context(|| format!("setting the reentrancy status of {at}"))?;
+        }
+        placed = true;
+    }
+    Ok(placed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Permit2's domain on chain 1 is the one mainnet's Permit2 answers.
+    #[test]
+    fn the_domain_separator_is_mainnets_on_chain_1() {
+        assert_eq!(
+            permit2_domain_separator(1),
+            b256!("0x866a5aba21966af95d6c7ab78eb2b2fc913915c28be3b9aa07cc04ff903e3f28")
+        );
+    }
+
+    #[test]
+    fn every_immutable_is_filled_and_nothing_else_moves() {
+        let [(_, permit2), (_, exact), _] = runtimes(31337);
+        let artifact = Placed::from_artifact(include_str!("../../../contracts/build/Permit2.json"));
+        assert_eq!(permit2.len(), artifact.deployed_bytecode.len());
+        let separator = permit2_domain_separator(31337);
+        let at = artifact.immutable_references["_CACHED_DOMAIN_SEPARATOR"][0].start;
+        assert_eq!(&permit2[at..at + 32], separator.as_slice());
+        let proxy = Placed::from_artifact(include_str!(
+            "../../../contracts/build/x402ExactPermit2Proxy.json"
+        ));
+        for reference in &proxy.immutable_references["PERMIT2"] {
+            assert_eq!(
+                &exact[reference.start + 12..reference.start + 32],
+                PERMIT2.as_slice()
+            );
+        }
+    }
+}

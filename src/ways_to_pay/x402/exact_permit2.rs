@@ -1,0 +1,295 @@
+//! The `exact` scheme by Permit2: a client's `PermitWitnessTransferFrom`, signed for x402's exact
+//! proxy, for a token without EIP-3009 (USDT, DAI, any ERC-20 the payer approved Permit2 for).
+//! [`check`] checks it in the reference facilitator's order (`@x402/evm`'s exact facilitator,
+//! `verifyPermit2`) and answers with its `invalidReason` strings (`docs/x402.md`, "Verify").
+
+use alloy::{
+    eips::BlockNumberOrTag,
+    primitives::{Address, Bytes, U256},
+    providers::Provider,
+};
+use serde::Deserialize;
+
+use super::exact_evm::{LAST_VALID_BEFORE, Request, VerifyResponse, served_chain, unavailable};
+use crate::{
+    error::ApiError,
+    rails::{
+        Chains,
+        evm::{
+            authorization::{PayerSignature, WalletAnswer, ask_wallet, signature_bytes},
+            permit2::{self, ExactPermit, X402_EXACT_PROXY},
+        },
+        rpc::ChainError,
+    },
+};
+
+/// The `exact` EVM payload by Permit2, as `@x402/evm` writes it: integers as decimal strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Permit2Payload {
+    pub signature: String,
+    pub permit2_authorization: Permit2Authorization,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Permit2Authorization {
+    pub from: Address,
+    pub permitted: Permitted,
+    pub spender: Address,
+    pub nonce: String,
+    pub deadline: String,
+    pub witness: ExactWitness,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Permitted {
+    pub token: Address,
+    pub amount: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExactWitness {
+    pub to: Address,
+    pub valid_after: String,
+}
+
+/// Whether a payload is a Permit2 one: by its shape, as the reference routes it.
+pub fn is_permit2(request: &Request) -> bool {
+    request
+        .payment_payload
+        .payload
+        .get("permit2Authorization")
+        .is_some()
+}
+
+/// A Permit2 payment that passed every check, and what settling it submits.
+pub struct CheckedPermit {
+    /// Our name of its chain (`evm:<id>`).
+    pub chain: String,
+    pub permit: ExactPermit,
+    pub signature: Bytes,
+}
+
+/// A Permit2 payment checked as the reference facilitator checks it (`docs/x402.md`, "Verify"),
+/// or the reference's answer of why not. Read-only.
+pub async fn check(
+    chains: &Chains,
+    request: &Request,
+) -> Result<Result<CheckedPermit, VerifyResponse>, ApiError> {
+    let (accepted, required) = (
+        &request.payment_payload.accepted,
+        &request.payment_requirements,
+    );
+    let Ok(payload) =
+        serde_json::from_value::<Permit2Payload>(request.payment_payload.payload.clone())
+    else {
+        return Ok(Err(VerifyResponse::invalid(
+            "unsupported_payload_type",
+            None,
+            "the payload is not a Permit2 authorization with its signature",
+        )));
+    };
+    let a = &payload.permit2_authorization;
+    let payer = Some(a.from);
+    let invalid =
+        |reason, message: String| Ok(Err(VerifyResponse::invalid(reason, payer, message)));
+    if accepted.scheme != "exact" || required.scheme != "exact" {
+        return invalid(
+            "unsupported_payload_type",
+            "only the exact scheme is served".into(),
+        );
+    }
+    if accepted.network != required.network {
+        return invalid(
+            "invalid_exact_evm_network_mismatch",
+            format!(
+                "accepted {}, required {}",
+                accepted.network, required.network
+            ),
+        );
+    }
+    let network = required.network.to_string();
+    let Some(chain) = served_chain(chains, &network) else {
+        return invalid("invalid_network", format!("{network} is not served here"));
+    };
+    let (endpoint, node) = chains
+        .get(&chain)
+        .ok_or_else(|| ApiError::internal("served_chain checked it"))?;
+    let Ok(asset) = required.asset.parse::<Address>() else {
+        return invalid(
+            "invalid_exact_evm_payload",
+            "the asset is not an address".into(),
+        );
+    };
+    if a.spender != X402_EXACT_PROXY {
+        return invalid(
+            "invalid_permit2_spender",
+            format!(
+                "the permit's spender is {}, not x402's exact proxy {X402_EXACT_PROXY}",
+                a.spender
+            ),
+        );
+    }
+    if required.pay_to.parse::<Address>().ok() != Some(a.witness.to) {
+        return invalid(
+            "invalid_permit2_recipient_mismatch",
+            format!(
+                "the witness pays {}, the requirements {}",
+                a.witness.to, required.pay_to
+            ),
+        );
+    }
+    let number = |raw: &str, what: &str| {
+        raw.parse::<U256>()
+            .map_err(|_| format!("{what} {raw:?} is not a decimal integer"))
+    };
+    let (amount, nonce, deadline, valid_after) = match (
+        number(&a.permitted.amount, "permitted.amount"),
+        number(&a.nonce, "nonce"),
+        number(&a.deadline, "deadline"),
+        number(&a.witness.valid_after, "witness.validAfter"),
+    ) {
+        (Ok(amount), Ok(nonce), Ok(deadline), Ok(after)) => (amount, nonce, deadline, after),
+        (Err(why), ..) | (_, Err(why), ..) | (_, _, Err(why), _) | (.., Err(why)) => {
+            return invalid("invalid_exact_evm_payload", why);
+        }
+    };
+    // What a payment of ours can be: it moves something, and ends at a time a date can hold.
+    if amount.is_zero() || deadline > U256::from(LAST_VALID_BEFORE) {
+        return invalid(
+            "invalid_exact_evm_payload",
+            format!(
+                "a permit must move something and end before the year 10000 (amount {amount}, deadline {deadline})"
+            ),
+        );
+    }
+    let now = node
+        .get_block_by_number(BlockNumberOrTag::Latest)
+        .await
+        .map_err(|e| unavailable(&chain, e.into()))?
+        .map(|block| block.header.timestamp)
+        .ok_or_else(|| unavailable(&chain, ChainError::Refused("no latest block".into())))?;
+    // The chain's time, with the reference's margin of six seconds (`docs/x402.md`).
+    if deadline < U256::from(now + 6) {
+        return invalid(
+            "permit2_deadline_expired",
+            format!("the deadline {deadline} is past the chain's time {now} (plus 6 s)"),
+        );
+    }
+    if valid_after > U256::from(now) {
+        return invalid(
+            "permit2_not_yet_valid",
+            format!("validAfter {valid_after} is after the chain's time {now}"),
+        );
+    }
+    if required.amount.parse::<U256>().ok() != Some(amount) {
+        return invalid(
+            "permit2_amount_mismatch",
+            format!(
+                "the permit moves {amount}, the requirements ask {}",
+                required.amount
+            ),
+        );
+    }
+    if a.permitted.token != asset {
+        return invalid(
+            "permit2_token_mismatch",
+            format!(
+                "the permit moves {}, the requirements ask {asset}",
+                a.permitted.token
+            ),
+        );
+    }
+    let permit = ExactPermit {
+        chain_id: endpoint.id,
+        token: asset,
+        amount,
+        owner: a.from,
+        to: a.witness.to,
+        nonce,
+        deadline,
+        valid_after,
+    };
+    let code = node
+        .get_code_at(asset)
+        .await
+        .map_err(|e| unavailable(&chain, e.into()))?;
+    if code.is_empty() {
+        return invalid(
+            "asset_not_deployed_contract",
+            format!("no contract at {asset} on {chain}"),
+        );
+    }
+    let signature = match owner_signed(node, &permit, &payload.signature).await {
+        Ok(Ok(signature)) => signature,
+        Ok(Err(why)) => return invalid("invalid_permit2_signature", why),
+        Err(e) => return Err(unavailable(&chain, e)),
+    };
+    // What only the chain can say (the allowance, the balance, the nonce): the reference asks it
+    // by simulating the settle, then names the first shortfall it finds.
+    let refused = permit2::simulate_exact_settle(node, &permit, signature.clone())
+        .await
+        .map_err(|e| unavailable(&chain, e))?;
+    if let Some(reason) = refused {
+        let (balance, allowance) = permit2::owner_funds(node, asset, a.from)
+            .await
+            .map_err(|e| unavailable(&chain, e))?;
+        return if balance < amount {
+            invalid(
+                "permit2_insufficient_balance",
+                format!("the payer holds {balance}, the payment is {amount}"),
+            )
+        } else if allowance < amount {
+            invalid(
+                "permit2_allowance_required",
+                format!(
+                    "the payer lets Permit2 move {allowance} of the token, the payment is {amount}: approve Permit2 first"
+                ),
+            )
+        } else {
+            invalid(
+                "permit2_simulation_failed",
+                format!("the proxy would refuse the settle: {reason}"),
+            )
+        };
+    }
+    Ok(Ok(CheckedPermit {
+        chain,
+        permit,
+        signature,
+    }))
+}
+
+/// The owner's signature of the permit: its key's (65 bytes, v 27 or 28, as Permit2's `ecrecover`
+/// takes it), or its contract wallet's by ERC-1271, asked on chain as Permit2 asks it. `Ok(Err)`
+/// says why it is not.
+async fn owner_signed(
+    node: &crate::rails::rpc::Node,
+    permit: &ExactPermit,
+    raw: &str,
+) -> Result<Result<Bytes, String>, ChainError> {
+    let bytes = match signature_bytes(raw) {
+        Ok(bytes) => bytes,
+        Err(why) => return Ok(Err(format!("signature: {why}"))),
+    };
+    let digest = permit.digest();
+    let by_key = PayerSignature::parse(raw).and_then(|signature| signature.signer(&digest));
+    if by_key.as_ref() == Ok(&permit.owner) {
+        return Ok(Ok(bytes));
+    }
+    Ok(
+        match ask_wallet(node, permit.owner, digest, &bytes).await? {
+            WalletAnswer::Accepts => Ok(bytes),
+            WalletAnswer::Refuses => Err(format!(
+                "the owner {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
+                permit.owner
+            )),
+            WalletAnswer::NotAContract => Err(match by_key {
+                Ok(signer) => format!("signed by {signer}, not by the owner {}", permit.owner),
+                Err(why) => format!("signature: {why}"),
+            }),
+        },
+    )
+}
