@@ -68,6 +68,8 @@ buildOwn("src/DepositForwarder.sol", "DepositForwarderFactory");
 // Tokens that misbehave, for the tests: no return value (as USDT), a fee on transfer.
 buildOwn("src/test/NoReturnToken.sol", "NoReturnToken");
 buildOwn("src/test/FeeToken.sol", "FeeToken");
+// An ERC-721, whose `Transfer` shares the ERC-20's topic 0: the deposit watch passes it over.
+buildOwn("src/test/TestNFT.sol", "TestNFT");
 
 // Circle's FiatTokenV2_2 (USDC), its external library SignatureChecker and FiatTokenProxy.
 // Source unit names are the paths in Circle's repository (contracts/...), so the library

@@ -29,6 +29,26 @@ pub fn connect(url: &url::Url) -> Node {
     RootProvider::new(RpcClient::new(transport, false))
 }
 
+/// Asks the node, by `eth_call` at the latest block, whether calling `to` with `calldata` would
+/// succeed now: `Ok(None)` if so, `Ok(Some(reason))` with the revert if not.
+pub async fn simulate(
+    node: &Node,
+    to: alloy::primitives::Address,
+    calldata: alloy::primitives::Bytes,
+) -> Result<Option<String>, ChainError> {
+    use alloy::{eips::BlockId, network::TransactionBuilder, rpc::types::TransactionRequest};
+    let request = TransactionRequest::default()
+        .with_to(to)
+        .with_input(calldata);
+    match node.call(request).block(BlockId::latest()).await {
+        Ok(_) => Ok(None),
+        Err(e) => match ChainError::from(e) {
+            ChainError::Reverted { reason } => Ok(Some(reason)),
+            other => Err(other),
+        },
+    }
+}
+
 /// Why a call to a node failed, as far as we act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum ChainError {

@@ -687,3 +687,45 @@ async fn a_stray_token_without_eip3009_is_refunded_by_the_merchants_own_transfer
     assert!(agreed, "{output}");
     assert!(output.contains("1 refunded on chain"), "{output}");
 }
+
+/// An ERC-721's `Transfer` has an ERC-20's topic 0, with the token id as a fourth topic and no data
+/// (`docs/settlement.md`, "Deposit intents"): an NFT sent to a deposit address is passed over by
+/// the watch that reads any contract's transfers, neither listed, followed, nor booked.
+#[tokio::test]
+async fn an_nft_sent_to_a_deposit_address_is_passed_over() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let intent = create_deposit_intent(&app, TOKEN, "1000", 900).await;
+    let (id, address) = (
+        intent["id"].as_str().unwrap(),
+        intent["deposit_address"].as_str().unwrap(),
+    );
+    let nft = anvil.deploy_token(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contracts/build/TestNFT.json"
+    )));
+    // `deploy_token` gives PAYER the token numbered 1000000000000.
+    anvil.send(
+        PAYER_KEY,
+        &nft,
+        "transferFrom(address,address,uint256)",
+        &[PAYER, address, "1000000000000"],
+    );
+    assert_eq!(
+        anvil.cast(&["call", &nft, "ownerOf(uint256)(address)", "1000000000000"]),
+        address
+    );
+    app.mine_until_followed(&anvil).await;
+    let intent = app.get_intent(DEMO_TOKEN, id).await.json();
+    assert_eq!(intent["duplicate_payments"], json!([]), "{intent}");
+    assert_eq!(intent["state"], "created");
+    let seen: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM deposit_tokens WHERE token = $1)
+              + (SELECT count(*) FROM ledger_postings WHERE token = $1)",
+    )
+    .bind(&nft)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(seen, 0, "the NFT is neither followed nor booked");
+}

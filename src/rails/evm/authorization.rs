@@ -200,20 +200,7 @@ pub async fn simulate_transfer(
     authorization: &Authorization,
     proof: &PayerProof,
 ) -> Result<Option<String>, ChainError> {
-    use alloy::{
-        eips::BlockId, network::TransactionBuilder, providers::Provider,
-        rpc::types::TransactionRequest,
-    };
-    let request = TransactionRequest::default()
-        .with_to(authorization.token)
-        .with_input(authorization.calldata_for(proof));
-    match node.call(request).block(BlockId::latest()).await {
-        Ok(_) => Ok(None),
-        Err(e) => match ChainError::from(e) {
-            ChainError::Reverted { reason } => Ok(Some(reason)),
-            other => Err(other),
-        },
-    }
+    crate::rails::rpc::simulate(node, authorization.token, authorization.calldata_for(proof)).await
 }
 
 sol! {

@@ -167,17 +167,7 @@ pub async fn simulate_exact_settle(
     permit: &ExactPermit,
     signature: Bytes,
 ) -> Result<Option<String>, ChainError> {
-    use alloy::{eips::BlockId, network::TransactionBuilder, rpc::types::TransactionRequest};
-    let request = TransactionRequest::default()
-        .with_to(X402_EXACT_PROXY)
-        .with_input(permit.settle_calldata(signature));
-    match node.call(request).block(BlockId::latest()).await {
-        Ok(_) => Ok(None),
-        Err(e) => match ChainError::from(e) {
-            ChainError::Reverted { reason } => Ok(Some(reason)),
-            other => Err(other),
-        },
-    }
+    crate::rails::rpc::simulate(node, X402_EXACT_PROXY, permit.settle_calldata(signature)).await
 }
 
 /// A committed artifact of a contract placed at its address: its runtime code and where in it

@@ -20,7 +20,7 @@ use crate::{
             authorization::{Authorization, PayerProof},
             token::{self, TokenSupport},
         },
-        rpc::ChainError,
+        rpc::{ChainError, Node},
         tokens,
     },
 };
@@ -277,12 +277,7 @@ pub async fn check(
             ),
         );
     }
-    let now = node
-        .get_block_by_number(BlockNumberOrTag::Latest)
-        .await
-        .map_err(|e| unavailable(&chain, e.into()))?
-        .map(|block| block.header.timestamp)
-        .ok_or_else(|| unavailable(&chain, ChainError::Refused("no latest block".into())))?;
+    let now = chain_time(node, &chain).await?;
     // The reference's margin: an authorization must outlive the next few seconds of the chain.
     if valid_before < U256::from(now + 6) {
         return invalid(
@@ -367,6 +362,15 @@ async fn held_already(
     )
     .await?;
     Ok(owner.is_some())
+}
+
+/// The chain's time: its latest block's. A payment's window is judged by it, as the token judges it.
+pub(super) async fn chain_time(node: &Node, chain: &str) -> Result<u64, ApiError> {
+    node.get_block_by_number(BlockNumberOrTag::Latest)
+        .await
+        .map_err(|e| unavailable(chain, e.into()))?
+        .map(|block| block.header.timestamp)
+        .ok_or_else(|| unavailable(chain, ChainError::Refused("no latest block".into())))
 }
 
 pub(super) fn unavailable(chain: &str, e: ChainError) -> ApiError {

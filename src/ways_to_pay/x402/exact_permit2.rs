@@ -4,13 +4,14 @@
 //! `verifyPermit2`) and answers with its `invalidReason` strings (`docs/x402.md`, "Verify").
 
 use alloy::{
-    eips::BlockNumberOrTag,
     primitives::{Address, Bytes, U256},
     providers::Provider,
 };
 use serde::Deserialize;
 
-use super::exact_evm::{LAST_VALID_BEFORE, Request, VerifyResponse, served_chain, unavailable};
+use super::exact_evm::{
+    LAST_VALID_BEFORE, Request, VerifyResponse, chain_time, served_chain, unavailable,
+};
 use crate::{
     error::ApiError,
     rails::{
@@ -165,12 +166,7 @@ pub async fn check(
             ),
         );
     }
-    let now = node
-        .get_block_by_number(BlockNumberOrTag::Latest)
-        .await
-        .map_err(|e| unavailable(&chain, e.into()))?
-        .map(|block| block.header.timestamp)
-        .ok_or_else(|| unavailable(&chain, ChainError::Refused("no latest block".into())))?;
+    let now = chain_time(node, &chain).await?;
     // The chain's time, with the reference's margin of six seconds (`docs/x402.md`).
     if deadline < U256::from(now + 6) {
         return invalid(

@@ -180,31 +180,13 @@ impl Anvil {
     /// Deploys a test token from its artifact, `PAYER` holding 1 000 000 of it; returns its
     /// address.
     pub fn deploy_token(&self, artifact: &str) -> String {
-        let artifact: Value = serde_json::from_str(artifact).unwrap();
         let argument = self.cast(&[
             "abi-encode",
             "constructor(address[],uint256)",
             &format!("[{PAYER}]"),
             "1000000000000",
         ]);
-        let code = format!(
-            "{}{}",
-            artifact["bytecode"].as_str().unwrap(),
-            argument.trim_start_matches("0x")
-        );
-        let receipt: Value = serde_json::from_str(&self.cast(&[
-            "send",
-            "--private-key",
-            PAYER_KEY,
-            "--json",
-            "--create",
-            &code,
-        ]))
-        .unwrap();
-        self.cast(&[
-            "to-check-sum-address",
-            receipt["contractAddress"].as_str().unwrap(),
-        ])
+        self.deploy(PAYER_KEY, artifact, &argument)
     }
 
     /// Sends a transaction calling `signature` on `to` with `args`, signed by `key`.
@@ -267,13 +249,19 @@ impl Anvil {
     /// Deploys a smart-contract wallet (`contracts/src/OwnedWallet.sol`, ERC-1271) owned by
     /// `owner`'s key; returns its address.
     pub fn deploy_wallet(&self, owner: &str) -> String {
-        let artifact: Value = serde_json::from_str(include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/contracts/build/OwnedWallet.json"
-        )))
-        .unwrap();
         let owner_address = self.cast(&["wallet", "address", "--private-key", owner]);
         let argument = self.cast(&["abi-encode", "constructor(address)", &owner_address]);
+        let artifact = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/contracts/build/OwnedWallet.json"
+        ));
+        self.deploy(owner, artifact, &argument)
+    }
+
+    /// Deploys the contract of `artifact` from `key`'s account, with `argument` (its constructor's
+    /// arguments, ABI-encoded); returns its checksummed address.
+    pub fn deploy(&self, key: &str, artifact: &str, argument: &str) -> String {
+        let artifact: Value = serde_json::from_str(artifact).unwrap();
         let code = format!(
             "{}{}",
             artifact["bytecode"].as_str().unwrap(),
@@ -282,7 +270,7 @@ impl Anvil {
         let receipt: Value = serde_json::from_str(&self.cast(&[
             "send",
             "--private-key",
-            owner,
+            key,
             "--json",
             "--create",
             &code,
