@@ -124,14 +124,26 @@ pub async fn run(shared: Arc<Shared>, chains: Chains) -> Ordered {
             .collect();
         by_authorization.shuffle(&mut rand::rng());
         by_deposit.shuffle(&mut rand::rng());
+        // A transfer a chain fault lost (its node restarting, its block reorged away) is sent
+        // again, backing off past a restart: any number that lands is a payment the checks count.
         let deposit = |choice: &Choice| {
+            use backon::Retryable;
             let node = &nodes[&choice.chain];
-            send(
-                node,
+            let (token, to, amount) = (
                 choice.token,
                 choice.deposit_address.expect("a deposit option"),
                 choice.amount,
-            )
+            );
+            let attempt = move || async move {
+                send(node, token, to, amount)
+                    .await
+                    .then_some(())
+                    .ok_or("the transfer was not seen included")
+            };
+            let backoff = backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_times(5);
+            async move { attempt.retry(backoff).await.is_ok() }
         };
         let (way, racing) = (
             rand::rng().random_range(0..3),
