@@ -542,7 +542,7 @@ async fn release(
     }
 }
 
-/// The key of a request whose body may carry one: the body's, or the header's; both must agree.
+/// The key of a request whose body may carry one: the body's or the header's, never both.
 fn body_key(
     header: Option<IdempotencyKey>,
     in_body: Result<Option<String>, String>,
@@ -555,13 +555,11 @@ fn body_key(
         })
         .transpose()?;
     match (header, in_body) {
-        (Some(header), Some(body)) if header.as_str() != body.as_str() => {
-            Err(ApiError::IdempotencyKeyInvalid(format!(
-                "the Idempotency-Key header ({}) and the key in the body ({}) differ: send one, or the same",
-                header.as_str(),
-                body.as_str()
-            )))
-        }
+        (Some(header), Some(body)) => Err(ApiError::IdempotencyKeyInvalid(format!(
+            "the body carries its key ({}): send no Idempotency-Key header ({}) with it",
+            body.as_str(),
+            header.as_str()
+        ))),
         (header, body) => Ok(body.or(header)),
     }
 }

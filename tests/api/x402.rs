@@ -374,7 +374,10 @@ async fn a_payment_identifier_is_the_settles_idempotency_key() {
     }
     assert_eq!(anvil.balance_of(TOKEN, PAYEE), payee_before + 1_000_000);
     let key = app
-        .get_as(DEMO_TOKEN, &format!("/v1/idempotency_keys/{id}"))
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/idempotency_keys/payment-identifier:{id}"),
+        )
         .await;
     assert_eq!(key.status, 200, "{}", key.body);
 
@@ -392,7 +395,7 @@ async fn a_payment_identifier_is_the_settles_idempotency_key() {
     assert_eq!(refused.json()["error"], "payment_identifier_reused");
     let path = format!("/x402/payments/eip155:31337/{PAYER}/{}", other.nonce);
     assert_eq!(app.get_as(DEMO_TOKEN, &path).await.status, 404);
-    // An Idempotency-Key that says otherwise than the id is no key at all.
+    // The body carries the key: an Idempotency-Key header beside it is refused.
     let both = app
         .post_as(
             DEMO_TOKEN,

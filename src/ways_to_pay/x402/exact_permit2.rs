@@ -223,15 +223,30 @@ pub async fn check(
         Ok(Err(why)) => return invalid("invalid_permit2_signature", why),
         Err(e) => return Err(unavailable(&chain, e)),
     };
+    // An `eth_call` to an address without code succeeds: the proxy must be there for the
+    // simulation below to say anything.
+    let proxy = node
+        .get_code_at(X402_EXACT_PROXY)
+        .await
+        .map_err(|e| unavailable(&chain, e.into()))?;
+    if proxy.is_empty() {
+        return invalid(
+            "permit2_proxy_not_deployed",
+            format!("x402's exact proxy {X402_EXACT_PROXY} is not on {chain}"),
+        );
+    }
     // What only the chain can say (the allowance, the balance, the nonce): the reference asks it
     // by simulating the settle, then names the first shortfall it finds.
     let refused = permit2::simulate_exact_settle(node, &permit, signature.clone())
         .await
         .map_err(|e| unavailable(&chain, e))?;
     if let Some(reason) = refused {
-        let (balance, allowance) = permit2::owner_funds(node, asset, a.from)
-            .await
-            .map_err(|e| unavailable(&chain, e))?;
+        // A token that does not answer `balanceOf` or `allowance` leaves the simulation's word.
+        let (balance, allowance) = match permit2::owner_funds(node, asset, a.from).await {
+            Ok(funds) => funds,
+            Err(ChainError::Reverted { .. }) => (U256::MAX, U256::MAX),
+            Err(e) => return Err(unavailable(&chain, e)),
+        };
         return if balance < amount {
             invalid(
                 "permit2_insufficient_balance",

@@ -1,15 +1,16 @@
 //! x402's `payment-identifier` extension (`@x402/extensions`): a client's id for one payment, sent
 //! in `paymentPayload.extensions["payment-identifier"].info.id`. It is what an Idempotency-Key is,
-//! so a settle that carries one takes it as its key (`docs/x402.md`, "Payment identifiers"): the
-//! same id and body replays the stored answer byte for byte, the same id with another body is
-//! refused with 409, as the extension's specification says.
+//! so a settle that carries one takes `payment-identifier:<id>` as its key (`docs/x402.md`,
+//! "Payment identifiers"): the same id and body replays the stored answer byte for byte, the same
+//! id with another body is refused with 409, as the extension's specification says. The prefix
+//! keeps a payer's ids apart from the merchant's own keys.
 
 use axum::{extract::Request, middleware::Next, response::IntoResponse, response::Response};
 use serde_json::Value;
 
 use crate::error::ApiError;
 
-/// The extension's key in `extensions`, as x402 names it.
+/// The extension's key in `extensions`, as x402 names it; also the prefix of the keys it makes.
 pub const EXTENSION: &str = "payment-identifier";
 
 /// The id's rule, as `@x402/extensions` checks it: 16 to 128 of `[A-Za-z0-9_-]`.
@@ -36,7 +37,7 @@ pub fn key_in_body(body: &[u8]) -> Result<Option<String>, String> {
     };
     match extension.pointer("/info/id") {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(id)) if valid(id) => Ok(Some(id.clone())),
+        Some(Value::String(id)) if valid(id) => Ok(Some(format!("{EXTENSION}:{id}"))),
         Some(_) => Err(format!(
             "{field}: must be 16 to 128 characters, each a letter, a digit, '-' or '_'"
         )),
@@ -46,14 +47,23 @@ pub fn key_in_body(body: &[u8]) -> Result<Option<String>, String> {
 /// A settle whose payment identifier was used before with another body: the extension's 409,
 /// not the layer's 422 for a reused Idempotency-Key, when the key came from the identifier.
 pub async fn refuse_reuse(request: Request, next: Next) -> Response {
-    let keyed_by_header = request.headers().contains_key("idempotency-key");
     let response = next.run(request).await;
     match ApiError::of(&response) {
-        Some(ApiError::IdempotencyKeyReused { key, stored, got }) if !keyed_by_header => {
-            ApiError::PaymentIdentifierReused(format!(
+        Some(ApiError::IdempotencyKeyReused { key, stored, got })
+            if key.starts_with(&format!("{EXTENSION}:")) =>
+        {
+            let mut refusal = ApiError::PaymentIdentifierReused(format!(
                 "payment identifier {key} already used with different payload (fingerprint {stored}, got {got})"
             ))
-            .into_response()
+            .into_response();
+            // What the layer did stays on the answer, for the access log and the metrics.
+            if let Some(outcome) = response
+                .extensions()
+                .get::<crate::idempotency::IdempotencyOutcome>()
+            {
+                refusal.extensions_mut().insert(*outcome);
+            }
+            refusal
         }
         _ => response,
     }
@@ -75,7 +85,10 @@ mod tests {
     #[test]
     fn the_id_is_read_where_the_extension_puts_it_and_checked_by_its_rule() {
         let id = "pay_7d5d747be160e280504c099d984bcfe0";
-        assert_eq!(key_in_body(&body(id.into())), Ok(Some(id.to_owned())));
+        assert_eq!(
+            key_in_body(&body(id.into())),
+            Ok(Some(format!("payment-identifier:{id}")))
+        );
         assert_eq!(key_in_body(&body(Value::Null)), Ok(None));
         assert_eq!(key_in_body(br#"{"paymentPayload":{}}"#), Ok(None));
         assert_eq!(key_in_body(b"not json"), Ok(None));
