@@ -839,6 +839,11 @@ async fn a_reorg_on_one_chain_while_the_other_pays_the_same_address_chooses_the_
         "{now}"
     );
     assert_eq!(now["duplicate_payments"][0]["chain"], "evm:31337");
+    // The second chain's sweep too is confirmed and booked before the ledger is compared.
+    app.mine_until(&second, "the second chain's deposit swept", &format!(
+        "EXISTS (SELECT 1 FROM chain_observations WHERE kind = 'deposit_swept' AND subject = '{id}' AND chain_id = 31338 AND applied_at IS NOT NULL)"
+    ))
+    .await;
     first.mine(3).await;
     second.mine(3).await;
     app.followed(&first).await;
