@@ -28,14 +28,18 @@ pub const X402_UPTO_PROXY: Address = address!("0x4020A4f3b7b90ccA423B9fabCc0CE57
 const REENTRANCY_STATUS_SLOT: B256 =
     b256!("0x9b779b17422d0df92223018b32b4d1fa46e071723d6817e2486d003becc55f00");
 
-/// Permit2's EIP-712 domain separator on `chain_id`: its domain has a name, no version.
-pub fn permit2_domain_separator(chain_id: u64) -> B256 {
+/// Permit2's EIP-712 domain on `chain_id`: a name, no version.
+fn permit2_domain(chain_id: u64) -> alloy::sol_types::Eip712Domain {
     eip712_domain! {
         name: "Permit2",
         chain_id: chain_id,
         verifying_contract: PERMIT2,
     }
-    .separator()
+}
+
+/// Permit2's EIP-712 domain separator on `chain_id`.
+pub fn permit2_domain_separator(chain_id: u64) -> B256 {
+    permit2_domain(chain_id).separator()
 }
 
 mod bindings {
@@ -106,12 +110,8 @@ impl ExactPermit {
     /// The EIP-712 digest the owner signs: Permit2's domain on its chain.
     pub fn digest(&self) -> B256 {
         use alloy::sol_types::SolStruct;
-        let domain = eip712_domain! {
-            name: "Permit2",
-            chain_id: self.chain_id,
-            verifying_contract: PERMIT2,
-        };
-        self.message().eip712_signing_hash(&domain)
+        self.message()
+            .eip712_signing_hash(&permit2_domain(self.chain_id))
     }
 
     /// The proxy's `settle(permit, owner, witness, signature)`, which anyone may send.

@@ -13,6 +13,7 @@ use sqlx::PgConnection;
 use x402_types::proto::v2;
 
 use crate::{
+    config::ChainEndpoint,
     error::ApiError,
     rails::{
         Chains, eip3009,
@@ -89,6 +90,32 @@ pub fn served_chain(chains: &Chains, network: &str) -> Option<String> {
     let id = network.strip_prefix("eip155:")?;
     let name = format!("evm:{id}");
     chains.get(&name).map(|_| name)
+}
+
+/// A check's `invalidReason` and what it says.
+pub(super) type Refusal = (&'static str, String);
+
+/// The chain a payment is for, checked as both ways of the `exact` scheme check it: the network
+/// the client accepted is the required one, and a chain served here. Our name of it and its node,
+/// or the reference's reason.
+pub(super) fn required_chain<'c>(
+    chains: &'c Chains,
+    request: &Request,
+) -> Result<(String, &'c (ChainEndpoint, Node)), Refusal> {
+    let (accepted, required) = (
+        &request.payment_payload.accepted.network,
+        &request.payment_requirements.network,
+    );
+    if accepted != required {
+        return Err((
+            "invalid_exact_evm_network_mismatch",
+            format!("accepted {accepted}, required {required}"),
+        ));
+    }
+    let network = required.to_string();
+    served_chain(chains, &network)
+        .and_then(|chain| chains.get(&chain).map(|served| (chain, served)))
+        .ok_or_else(|| ("invalid_network", format!("{network} is not served here")))
 }
 
 /// A payment that passed every check, and what settling it submits.
@@ -178,22 +205,10 @@ pub async fn check(
             "the requirements' extra must name the token's EIP-712 name and version".into(),
         );
     };
-    if accepted.network != required.network {
-        return invalid(
-            "invalid_exact_evm_network_mismatch",
-            format!(
-                "accepted {}, required {}",
-                accepted.network, required.network
-            ),
-        );
-    }
-    let network = required.network.to_string();
-    let Some(chain) = served_chain(chains, &network) else {
-        return invalid("invalid_network", format!("{network} is not served here"));
+    let (chain, (endpoint, node)) = match required_chain(chains, request) {
+        Ok(served) => served,
+        Err((reason, why)) => return invalid(reason, why),
     };
-    let (endpoint, node) = chains
-        .get(&chain)
-        .ok_or_else(|| ApiError::internal("served_chain checked it"))?;
     let number = |raw: &str, what: &str| {
         raw.parse::<U256>()
             .map_err(|_| format!("{what} {raw:?} is not a decimal integer"))

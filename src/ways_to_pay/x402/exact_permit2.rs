@@ -10,7 +10,7 @@ use alloy::{
 use serde::Deserialize;
 
 use super::exact_evm::{
-    LAST_VALID_BEFORE, Request, VerifyResponse, chain_time, served_chain, unavailable,
+    LAST_VALID_BEFORE, Request, VerifyResponse, chain_time, required_chain, unavailable,
 };
 use crate::{
     error::ApiError,
@@ -102,22 +102,10 @@ pub async fn check(
             "only the exact scheme is served".into(),
         );
     }
-    if accepted.network != required.network {
-        return invalid(
-            "invalid_exact_evm_network_mismatch",
-            format!(
-                "accepted {}, required {}",
-                accepted.network, required.network
-            ),
-        );
-    }
-    let network = required.network.to_string();
-    let Some(chain) = served_chain(chains, &network) else {
-        return invalid("invalid_network", format!("{network} is not served here"));
+    let (chain, (endpoint, node)) = match required_chain(chains, request) {
+        Ok(served) => served,
+        Err((reason, why)) => return invalid(reason, why),
     };
-    let (endpoint, node) = chains
-        .get(&chain)
-        .ok_or_else(|| ApiError::internal("served_chain checked it"))?;
     let Ok(asset) = required.asset.parse::<Address>() else {
         return invalid(
             "invalid_exact_evm_payload",
