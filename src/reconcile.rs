@@ -20,7 +20,10 @@ use crate::{
     intents,
     ledger::{self, Kind},
     rails::{
-        evm::token::{Eip712Token, Eip3009},
+        evm::{
+            permit2,
+            token::{Eip712Token, Eip3009},
+        },
         rpc::Node,
     },
     ways_to_pay::refunds,
@@ -378,10 +381,76 @@ async fn on_chain(
             from = to_block + 1;
         }
     }
-    if kind == Signed::Refund {
-        transfer_refunds(conn, chain, node, confirmed, &mut moved).await?;
+    match kind {
+        Signed::Payment => {
+            permit2_payments(conn, chain, node, confirmed, &mut moved, unrelated).await?
+        }
+        Signed::Refund => transfer_refunds(conn, chain, node, confirmed, &mut moved).await?,
     }
     Ok(moved)
+}
+
+/// Payments by Permit2 (`docs/x402.md`, "Permit2"): each paid intent's transaction must hold
+/// x402's exact proxy's `Settled()` right after a `Transfer` of its amount of its token from its
+/// payer to its payee. Booked under the `Settled()` log, as the watch saw it.
+async fn permit2_payments(
+    conn: &mut PgConnection,
+    chain: &ChainEndpoint,
+    node: &Node,
+    confirmed: u64,
+    moved: &mut Movements,
+    unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
+) -> anyhow::Result<()> {
+    let settled_topic = permit2::exact_settled_topic();
+    for intent in intents::repo::settled_permits_on(conn, &chain.name).await? {
+        let settlement = &intent.settlement.0;
+        if settlement.block_number > confirmed {
+            continue;
+        }
+        let Ok(hash) = settlement.transaction_hash.parse::<B256>() else {
+            continue;
+        };
+        let Some(receipt) = node.get_transaction_receipt(hash).await? else {
+            continue;
+        };
+        let mut last_transfer = None;
+        for log in receipt.inner.logs() {
+            let Some(index) = log.log_index else { continue };
+            if log.address() == permit2::X402_EXACT_PROXY
+                && log.topics().first() == Some(&settled_topic)
+            {
+                if let Some((transfer_index, sent)) = last_transfer.take()
+                    && sent
+                        == (
+                            intent.payer.clone(),
+                            intent.payee.clone(),
+                            intent.amount.clone(),
+                        )
+                {
+                    unrelated.remove(&(hash, transfer_index));
+                    moved.insert(
+                        (settlement.transaction_hash.clone(), index as i64),
+                        (intent.id.clone(), intent.amount.clone()),
+                    );
+                }
+                continue;
+            }
+            if log.address().to_checksum(None) != intent.token {
+                continue;
+            }
+            if let Ok(sent) = Eip3009::Transfer::decode_log_data(log.data()) {
+                last_transfer = Some((
+                    index,
+                    (
+                        sent.from.to_checksum(None),
+                        sent.to.to_checksum(None),
+                        sent.value.to_string(),
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refunds by transfer (`docs/refunds.md`): each succeeded one's transaction must hold a

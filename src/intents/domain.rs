@@ -282,6 +282,8 @@ pub enum PaymentMethod {
     #[default]
     Authorization,
     DepositAddress,
+    /// A Permit2 signature through x402's exact proxy: made by an x402 settle, not by a create.
+    Permit2,
 }
 
 impl PaymentMethod {
@@ -289,6 +291,7 @@ impl PaymentMethod {
         match self {
             Self::Authorization => "authorization",
             Self::DepositAddress => "deposit_address",
+            Self::Permit2 => "permit2",
         }
     }
 }

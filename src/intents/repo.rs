@@ -194,6 +194,8 @@ pub enum PaidBy {
     Authorization { payer: Option<Address> },
     /// Whoever sends the token to `address`, the intent's forwarder (`rails::evm::deposit`).
     DepositAddress { address: Address },
+    /// A Permit2 signature `payer` made, through x402's exact proxy.
+    Permit2 { payer: Address },
 }
 
 /// When a new intent expires.
@@ -234,6 +236,7 @@ pub async fn insert(
         } => {
             let (method, payer, deposit_address) = match *paid_by {
                 PaidBy::Authorization { payer } => (PaymentMethod::Authorization, payer, None),
+                PaidBy::Permit2 { payer } => (PaymentMethod::Permit2, Some(payer), None),
                 PaidBy::DepositAddress { address } => {
                     (PaymentMethod::DepositAddress, None, Some(address))
                 }
@@ -483,6 +486,34 @@ pub async fn by_chain_nonce(
         authorizer,
     )
     .fetch_optional(conn)
+    .await
+}
+
+/// An intent paid by Permit2 whose payment was seen on chain: what `reconcile` finds in its
+/// transaction.
+pub struct SettledPermit {
+    pub id: String,
+    pub token: String,
+    pub payer: String,
+    pub payee: String,
+    pub amount: String,
+    pub settlement: Json<Settlement>,
+}
+
+/// Every intent on `chain` paid by Permit2 and seen paid.
+pub async fn settled_permits_on(
+    conn: &mut PgConnection,
+    chain: &str,
+) -> Result<Vec<SettledPermit>, sqlx::Error> {
+    sqlx::query_as!(
+        SettledPermit,
+        r#"SELECT id, token AS "token!", payer AS "payer!", payee, amount::text AS "amount!",
+                  settlement AS "settlement!: Json<Settlement>"
+             FROM payment_intents
+            WHERE chain = $1 AND payment_method = 'permit2' AND settlement IS NOT NULL"#,
+        chain
+    )
+    .fetch_all(conn)
     .await
 }
 

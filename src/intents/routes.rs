@@ -219,6 +219,11 @@ fn in_token(
     }
     let paid_by = match (request.payment_method.unwrap_or_default(), request.payer) {
         (PaymentMethod::Authorization, payer) => PaidBy::Authorization { payer },
+        (PaymentMethod::Permit2, _) => {
+            return Err(ApiError::InvalidRequest(
+                "payment_method: permit2 is how an x402 settle pays (docs/x402.md); an intent is paid by authorization or deposit_address".to_owned(),
+            ));
+        }
         (PaymentMethod::DepositAddress, Some(_)) => {
             return Err(ApiError::InvalidRequest(
                 "payer: must be absent when payment_method is deposit_address: whoever sends to the deposit address pays".to_owned(),

@@ -1,13 +1,17 @@
 //! Permit2 and x402's Permit2 proxies on the devnet (`rails::evm::permit2`): placed at their
 //! canonical addresses with the domain a wallet computes for them, so a signature made by code not
-//! ours (cast's EIP-712) moves a token without EIP-3009 through x402's proxies, once.
+//! ours (cast's EIP-712) moves a token without EIP-3009 through x402's proxies, once; and x402's
+//! `exact` scheme by Permit2 settled through our facilitator (`docs/x402.md`, "Permit2").
 
 use payments_api::rails::evm::permit2::{
     PERMIT2, X402_EXACT_PROXY, X402_UPTO_PROXY, permit2_domain_separator,
 };
 use serde_json::{Value, json};
 
-use crate::helpers::chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY};
+use crate::helpers::{
+    DEMO_TOKEN,
+    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, app_on},
+};
 
 /// Anvil's fourth account, `RELAYER_KEY`'s: it submits, and is the `upto` payment's facilitator.
 const RELAYER: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
@@ -20,6 +24,26 @@ fn permit(
     token: &str,
     amount: &str,
     nonce: &str,
+    spender: &str,
+    witness: Value,
+) -> Value {
+    permit_until(
+        chain_id,
+        token,
+        amount,
+        nonce,
+        FAR_DEADLINE,
+        spender,
+        witness,
+    )
+}
+
+fn permit_until(
+    chain_id: u64,
+    token: &str,
+    amount: &str,
+    nonce: &str,
+    deadline: &str,
     spender: &str,
     witness: Value,
 ) -> Value {
@@ -54,31 +78,10 @@ fn permit(
             "permitted": {"token": token, "amount": amount},
             "spender": spender,
             "nonce": nonce,
-            "deadline": FAR_DEADLINE,
+            "deadline": deadline,
             "witness": witness
         }
     })
-}
-
-/// `PAYER`'s signature of `typed`, by cast.
-fn sign(anvil: &Anvil, typed: &Value) -> String {
-    let file = std::env::temp_dir().join(format!(
-        "permit2-{}-{}.json",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    std::fs::write(&file, typed.to_string()).unwrap();
-    let signature = anvil.cast(&[
-        "wallet",
-        "sign",
-        "--private-key",
-        PAYER_KEY,
-        "--data",
-        "--from-file",
-        file.to_str().unwrap(),
-    ]);
-    std::fs::remove_file(file).unwrap();
-    signature
 }
 
 #[tokio::test]
@@ -97,21 +100,12 @@ async fn permit2_and_x402s_proxies_move_a_token_without_eip3009_by_a_signature_c
         assert_eq!(anvil.cast(&["call", proxy, "PERMIT2()(address)"]), permit2);
     }
     // A token like Tether's: its `transfer` returns nothing, and it has no EIP-3009.
-    let token = anvil.deploy_token(include_str!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/contracts/build/NoReturnToken.json"
-    )));
-    anvil.send(
-        PAYER_KEY,
-        &token,
-        "approve(address,uint256)",
-        &[&permit2, "1000000000"],
-    );
+    let token = usdt_like_approved(&anvil);
     let before = anvil.balance_of(&token, PAYEE);
 
     // exact: the whole amount, to the witness's `to`, by anyone who submits it.
-    let signed = sign(
-        &anvil,
+    let signed = anvil.sign(
+        PAYER_KEY,
         &permit(
             anvil.chain_id,
             &token,
@@ -147,8 +141,8 @@ async fn permit2_and_x402s_proxies_move_a_token_without_eip3009_by_a_signature_c
     assert!(replay.contains("0x756688fe"), "{replay}");
 
     // upto: at most the signed amount, only by the facilitator the witness names.
-    let signed = sign(
-        &anvil,
+    let signed = anvil.sign(
+        PAYER_KEY,
         &permit(
             anvil.chain_id,
             &token,
@@ -180,4 +174,140 @@ async fn permit2_and_x402s_proxies_move_a_token_without_eip3009_by_a_signature_c
     assert!(over.contains("0xfe64b4c7"), "{over}");
     upto_settle(RELAYER_KEY, "400").expect("the facilitator charges what was used");
     assert_eq!(anvil.balance_of(&token, PAYEE) - before, 1400);
+}
+
+/// A token like Tether's (its `transfer` returns nothing, no EIP-3009), `PAYER` holding some and
+/// letting Permit2 move it.
+fn usdt_like_approved(anvil: &Anvil) -> String {
+    let token = anvil.deploy_token(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contracts/build/NoReturnToken.json"
+    )));
+    let permit2 = PERMIT2.to_string();
+    anvil.send(
+        PAYER_KEY,
+        &token,
+        "approve(address,uint256)",
+        &[&permit2, "1000000000"],
+    );
+    token
+}
+
+/// An x402 `exact` payment of `amount` of `token` by Permit2, as `@x402/evm`'s client writes it,
+/// signed by cast, valid for ten minutes of chain time.
+async fn permit2_payment(anvil: &Anvil, token: &str, amount: &str, nonce: &str) -> Value {
+    let now = crate::helpers::chain::chain_time(anvil).await;
+    let deadline = (now + 600).to_string();
+    let exact = X402_EXACT_PROXY.to_string();
+    let witness = json!({"to": PAYEE, "validAfter": (now - 600).to_string()});
+    let typed = permit_until(
+        anvil.chain_id,
+        token,
+        amount,
+        nonce,
+        &deadline,
+        &exact,
+        witness,
+    );
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    let message = &typed["message"];
+    let requirements = json!({
+        "scheme": "exact", "network": "eip155:31337", "amount": amount, "asset": token,
+        "payTo": PAYEE, "maxTimeoutSeconds": 60, "extra": {"assetTransferMethod": "permit2"}
+    });
+    json!({
+        "x402Version": 2,
+        "paymentPayload": {
+            "x402Version": 2,
+            "accepted": requirements,
+            "payload": {
+                "signature": signature,
+                "permit2Authorization": {
+                    "from": PAYER,
+                    "permitted": message["permitted"],
+                    "spender": exact,
+                    "nonce": nonce,
+                    "deadline": deadline,
+                    "witness": message["witness"],
+                }
+            }
+        },
+        "paymentRequirements": requirements,
+    })
+}
+
+/// The relayer sends the proxy's settle; the payment is an intent paid once, booked once and found
+/// on chain by `reconcile`; a second settle hears the spent nonce and the hash that spent it.
+#[tokio::test]
+async fn an_x402_payment_by_permit2_is_settled_once_as_an_intent_booked_and_reconciled() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = usdt_like_approved(&anvil);
+    let nonce = fastrand::u64(..).to_string();
+    let body = permit2_payment(&anvil, &token, "1000", &nonce).await;
+    let post = |path: &'static str, body: &Value| {
+        let body = body.to_string();
+        let app = &app;
+        async move {
+            let answer = app.post_as(DEMO_TOKEN, path, None, &body).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.json()
+        }
+    };
+
+    let verified = post("/x402/verify", &body).await;
+    assert_eq!(verified["isValid"], true, "{verified}");
+    assert_eq!(verified["payer"], PAYER);
+    let before = anvil.balance_of(&token, PAYEE);
+    let settled = post("/x402/settle", &body).await;
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["payer"], PAYER);
+    let hash = settled["transaction"].as_str().unwrap().to_owned();
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 1000);
+    // Our relayer called x402's exact proxy, as the reference facilitator does.
+    let sent = anvil
+        .rpc("eth_getTransactionByHash", json!([hash.as_str()]))
+        .await;
+    assert_eq!(
+        sent["to"].as_str().unwrap().to_lowercase(),
+        X402_EXACT_PROXY.to_string().to_lowercase()
+    );
+
+    // Again: the nonce is spent, the answer names the transaction that spent it.
+    let again = post("/x402/settle", &body).await;
+    assert_eq!(again["success"], false, "{again}");
+    assert_eq!(again["errorReason"], "permit2_invalid_nonce");
+    assert_eq!(again["transaction"], hash.as_str());
+
+    // The payment is an intent paid by Permit2, found by the permit's nonce as the client wrote it.
+    let path = format!("/x402/payments/eip155:31337/{PAYER}/{nonce}");
+    let found = app.get_as(DEMO_TOKEN, &path).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let found = found.json();
+    assert_eq!(found["asset"], token.as_str());
+    assert_eq!(found["success_transaction"], hash.as_str());
+    let intent = &found["payment_intent"];
+    assert_eq!(intent["payment_method"], "permit2");
+    assert_eq!(intent["payer"], PAYER);
+    assert_eq!(intent["amount"], "1000");
+    let id = intent["id"].as_str().unwrap().to_owned();
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(
+        app.event_types(&id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.processing",
+            "payment_intent.succeeded"
+        ]
+    );
+    let booked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+    )
+    .bind(&id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(booked, 1);
+    let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{report}");
 }

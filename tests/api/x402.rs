@@ -8,6 +8,7 @@ use crate::helpers::{
     DEMO_MERCHANT, DEMO_TOKEN, OTHER_TOKEN, TestApp,
     chain::{
         Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, TOKEN, USDC, app_on, app_on_with,
+        chain_time,
     },
 };
 
@@ -19,20 +20,6 @@ async fn relaying_replica(anvil: &Anvil, app: &TestApp) -> TestApp {
         s.settlement.relayer_private_key = Some(RELAYER_KEY.to_owned());
     })
     .await
-}
-
-async fn chain_time(anvil: &Anvil) -> u64 {
-    let block = anvil
-        .rpc("eth_getBlockByNumber", json!(["latest", false]))
-        .await;
-    u64::from_str_radix(
-        block["timestamp"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap()
 }
 
 /// A payment's parts, each changeable to make it bad.

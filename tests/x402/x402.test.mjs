@@ -250,7 +250,7 @@ async function usdtLike(wallet) {
   return contractAddress;
 }
 
-test("the reference facilitator and ours give the same reason on the same bad Permit2 payments", async () => {
+test("the reference facilitator and ours give the same reason on the same bad Permit2 payments, and ours settles a good one once", async () => {
   assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
   const { reference } = referenceFacilitator;
   const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
@@ -300,11 +300,27 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
       `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
     );
   }
-  // A good one: valid to the reference; ours checks it in full but does not settle Permit2 yet,
-  // so it does not call it valid (docs/x402.md, "Permit2").
+  // A good one is valid to both, and our facilitator settles it, as x402's own facilitator
+  // client asks it: the merchant is paid once, through x402's exact proxy.
   const good = await permit2Payment({});
   assert.equal((await reference.verify(good.payload, good.required)).isValid, true);
   const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
-  assert.deepEqual([ours.body.isValid, ours.body.invalidReason], [false, "unsupported_payload_type"], JSON.stringify(ours.body));
-  assert.match(ours.body.invalidMessage, /passes every check/);
+  assert.deepEqual([ours.body.isValid, ours.body.payer], [true, PAYER], JSON.stringify(ours.body));
+  const balanceOf = (who) => payer.readContract({
+    address: approved, functionName: "balanceOf", args: [who],
+    abi: [{ type: "function", name: "balanceOf", stateMutability: "view", inputs: [{ type: "address" }], outputs: [{ type: "uint256" }] }],
+  });
+  const before = await balanceOf(MERCHANT);
+  const facilitator = facilitatorAt(`${api.base}/x402`);
+  const settled = await facilitator.settle(good.payload, good.required);
+  assert.equal(settled.success, true, JSON.stringify(settled));
+  assert.equal(settled.payer, PAYER);
+  const receipt = await payer.getTransactionReceipt({ hash: settled.transaction });
+  assert.equal(receipt.to.toLowerCase(), "0x402085c248eea27d92e8b30b2c58ed07f9e20001");
+  assert.equal(await balanceOf(MERCHANT), before + BigInt(PRICE));
+  // Once: our second settle names the spent nonce, and the reference no longer calls it valid.
+  const again = await facilitator.settle(good.payload, good.required);
+  assert.deepEqual([again.success, again.errorReason, again.transaction], [false, "permit2_invalid_nonce", settled.transaction], JSON.stringify(again));
+  assert.equal((await reference.verify(good.payload, good.required)).isValid, false);
+  assert.equal(await balanceOf(MERCHANT), before + BigInt(PRICE));
 });

@@ -14,7 +14,10 @@ use alloy::{
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use crate::rails::rpc::{ChainError, Node};
+use crate::rails::{
+    outbox::{Hold, Revert},
+    rpc::{ChainError, Node},
+};
 
 /// Uniswap's Permit2, at its canonical address.
 pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
@@ -136,6 +139,70 @@ impl ExactPermit {
         }
         .abi_encode()
         .into()
+    }
+
+    /// The permit a call of the proxy's `settle` on `chain_id` carries, if `calldata` is one.
+    pub fn of_settle_calldata(chain_id: u64, calldata: &[u8]) -> Option<Self> {
+        use alloy::sol_types::SolCall;
+        let call = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
+        Some(Self {
+            chain_id,
+            token: call.permit.permitted.token,
+            amount: call.permit.permitted.amount,
+            owner: call.owner,
+            to: call.witness.to,
+            nonce: call.permit.nonce,
+            deadline: call.permit.deadline,
+            valid_after: call.witness.validAfter,
+        })
+    }
+}
+
+/// The exact proxy's `Settled()`, which it logs after each transfer it makes.
+pub fn exact_settled_topic() -> B256 {
+    use alloy::sol_types::SolEvent;
+    X402ExactPermit2Proxy::Settled::SIGNATURE_HASH
+}
+
+/// What Permit2 (`PermitErrors`, `SignatureVerification`) and x402's proxies revert with, by
+/// custom error: how a relayer reads a settle's revert.
+mod errors {
+    alloy::sol! {
+        error InvalidNonce();
+        error SignatureExpired(uint256 signatureDeadline);
+        error InvalidSignature();
+        error InvalidSigner();
+        error InvalidSignatureLength();
+        error InvalidContractSignature();
+        error PaymentTooEarly();
+    }
+}
+
+/// What a revert of a settle through x402's exact proxy says, if it is Permit2's or the proxy's
+/// own word: `None` for anything else (a token's own revert).
+pub fn revert_of(reason: &str) -> Option<Revert> {
+    use alloy::sol_types::SolError;
+    use errors::*;
+    let reason = reason.to_ascii_lowercase();
+    let said = |selector: [u8; 4]| reason.contains(&alloy::hex::encode(selector));
+    if said(InvalidNonce::SELECTOR) || said(SignatureExpired::SELECTOR) {
+        Some(Revert::Spent)
+    } else if [
+        InvalidSignature::SELECTOR,
+        InvalidSigner::SELECTOR,
+        InvalidSignatureLength::SELECTOR,
+        InvalidContractSignature::SELECTOR,
+    ]
+    .into_iter()
+    .any(said)
+    {
+        Some(Revert::SignatureRefused)
+    } else if reason.contains("transfer_from_failed") {
+        // solmate's safeTransferFrom, which Permit2 moves the token with, does not say whether the
+        // balance or the allowance fell short: held either way until the deadline.
+        Some(Revert::NotYet(Hold::InsufficientBalance))
+    } else {
+        None
     }
 }
 

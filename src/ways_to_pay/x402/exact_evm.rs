@@ -68,6 +68,15 @@ pub struct VerifyResponse {
 }
 
 impl VerifyResponse {
+    fn valid(payer: Address) -> Self {
+        Self {
+            is_valid: true,
+            invalid_reason: None,
+            invalid_message: None,
+            payer: Some(payer.to_checksum(None)),
+        }
+    }
+
     pub(super) fn invalid(
         reason: &'static str,
         payer: Option<Address>,
@@ -135,24 +144,13 @@ pub async fn verify(
     request: &Request,
 ) -> Result<VerifyResponse, ApiError> {
     if super::exact_permit2::is_permit2(request) {
-        // Checked in full, so a client learns what is wrong with it; settle does not take it yet,
-        // so a payment that passes is not called valid (`docs/x402.md`, "Permit2").
         return Ok(match super::exact_permit2::check(chains, request).await? {
-            Ok(checked) => VerifyResponse::invalid(
-                "unsupported_payload_type",
-                Some(checked.permit.owner),
-                "the Permit2 payment passes every check, but this facilitator does not settle payments by Permit2 yet",
-            ),
+            Ok(checked) => VerifyResponse::valid(checked.permit.owner),
             Err(invalid) => invalid,
         });
     }
     Ok(match check(conn, chains, request).await? {
-        Ok(checked) => VerifyResponse {
-            is_valid: true,
-            invalid_reason: None,
-            invalid_message: None,
-            payer: Some(checked.authorization.from.to_checksum(None)),
-        },
+        Ok(checked) => VerifyResponse::valid(checked.authorization.from),
         Err(invalid) => invalid,
     })
 }

@@ -274,9 +274,13 @@ async fn owner_signed(
         Err(why) => return Ok(Err(format!("signature: {why}"))),
     };
     let digest = permit.digest();
-    let by_key = PayerSignature::parse(raw).and_then(|signature| signature.signer(&digest));
-    if by_key.as_ref() == Ok(&permit.owner) {
-        return Ok(Ok(bytes));
+    let parsed = PayerSignature::parse(raw);
+    let by_key = parsed.clone().and_then(|s| s.signer(&digest));
+    if let (Ok(signature), Ok(signer)) = (&parsed, &by_key)
+        && *signer == permit.owner
+    {
+        // As Permit2's `ecrecover` takes it: v 27 or 28, whichever form the client sent.
+        return Ok(Ok(Bytes::from(signature.to_bytes())));
     }
     Ok(
         match ask_wallet(node, permit.owner, digest, &bytes).await? {

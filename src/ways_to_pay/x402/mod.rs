@@ -2,12 +2,13 @@
 //! asks to verify and settle a client's payment (`docs/x402.md`). Mounted under `/x402`, so
 //! `@x402/core`'s `HTTPFacilitatorClient` works with `url: "http://host:8080/x402"` and the
 //! merchant's API key as its bearer. The protocol's messages are `x402-types`'s; this module holds
-//! the one scheme served, `exact` on EVM chains by EIP-3009, and its routes.
+//! the scheme served, `exact` on EVM chains by EIP-3009 and by Permit2, and its routes.
 //!
 //! - `exact_evm`: the `exact` scheme's payload and its verification, with the reference
 //!   facilitator's reasons
 //! - `exact_permit2`: the same scheme by Permit2, for tokens without EIP-3009
 //! - `settle`: one payment, one success: store, submit, wait, claim the success
+//! - `watch`: payments by Permit2 seen on chain through x402's exact proxy
 //! - `payment_identifier`: x402's `payment-identifier` extension, the settle's idempotency key
 //! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
 //!   payment by its key
@@ -17,20 +18,37 @@ pub mod exact_permit2;
 pub mod payment_identifier;
 pub mod routes;
 pub mod settle;
+pub mod watch;
 
 use axum::extract::FromRef;
 
 use super::{Routes, WayToPay};
-use crate::{config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains};
+use crate::{
+    config::SettlementSettings,
+    db::Pool,
+    idempotency::IdempotencyState,
+    intents::expiry::ExpiryHolds,
+    rails::{Chains, follower::ObservationKind},
+};
 
 /// payments-api as an x402 facilitator. A settle queues an intent's payment (the authorization's
-/// submission kind), which the authorization's watch sees; x402 adds only its routes.
+/// submission kind); the authorization's watch sees one by EIP-3009, x402's own one by Permit2.
 pub struct X402;
 
 impl WayToPay for X402 {
-    type Watch = ();
+    type Watch = watch::Permit2Watch;
 
-    fn watch(_: &SettlementSettings) -> Self::Watch {}
+    fn watch(_: &SettlementSettings) -> Self::Watch {
+        watch::Permit2Watch
+    }
+
+    /// A permit seen settled decides what the intent becomes.
+    fn expiry_holds() -> ExpiryHolds {
+        ExpiryHolds {
+            observed: watch::PermitKind::names(),
+            unapplied: vec![],
+        }
+    }
 
     /// Under `/x402`, with idempotency on settle only and no turn (`docs/x402.md`).
     fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>

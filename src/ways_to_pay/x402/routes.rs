@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use axum::{
     Extension, Json, Router,
     extract::{FromRef, Path, Query, State},
@@ -155,7 +155,7 @@ pub struct X402Payment {
     params(
         ("network" = String, Path, description = "CAIP-2, e.g. eip155:31337"),
         ("authorizer" = String, Path, description = "The payer's address"),
-        ("nonce" = String, Path, description = "The authorization's nonce, 0x + 64 hex digits"),
+        ("nonce" = String, Path, description = "The authorization's nonce, 0x + 64 hex digits; a Permit2 nonce also in decimal"),
         PaymentParams,
     ),
     responses(
@@ -174,7 +174,11 @@ pub async fn payment(
     let not_found = || ApiError::NotFound("no x402 payment of yours with that key".to_owned());
     let chain = exact_evm::served_chain(&chains, &network).ok_or_else(not_found)?;
     let authorizer = authorizer.parse::<Address>().map_err(|_| not_found())?;
-    let nonce = nonce.parse::<B256>().map_err(|_| not_found())?;
+    // 32 bytes in hex, or a Permit2 nonce as the permit writes it, in decimal.
+    let nonce = nonce
+        .parse::<B256>()
+        .or_else(|_| nonce.parse::<U256>().map(B256::from))
+        .map_err(|_| not_found())?;
     let asset = match params.asset.as_deref().map(str::parse::<Address>) {
         Some(Ok(asset)) => Some(asset.to_checksum(None)),
         Some(Err(_)) => return Err(not_found()),
@@ -182,9 +186,9 @@ pub async fn payment(
     };
     let mut conn = pool.acquire().await?;
     let rows = sqlx::query!(
-        r#"SELECT token, intent_id, success_tx FROM x402_payments
+        r#"SELECT asset, intent_id, success_tx FROM x402_payments
             WHERE merchant_id = $1 AND chain = $2 AND authorizer = $3 AND nonce = $4
-              AND ($5::text IS NULL OR token = $5)
+              AND ($5::text IS NULL OR asset = $5)
             LIMIT 2"#,
         merchant.as_str(),
         chain,
@@ -216,7 +220,7 @@ pub async fn payment(
     .await?;
     Ok(Json(X402Payment {
         network,
-        asset: row.token.clone(),
+        asset: row.asset.clone(),
         payer: authorizer.to_checksum(None),
         nonce: nonce.to_string(),
         success_transaction: row.success_tx.clone(),

@@ -1,5 +1,6 @@
 //! `POST /x402/settle`: one payment, one success (`docs/x402.md`, "Settle"). A payment is the
-//! token's (chain, token, authorizer, nonce), which the client chose. The first settle of it
+//! (chain, contract that spends its nonce, payer, nonce) the client chose: the token for an
+//! EIP-3009 authorization, Permit2 for a permit. The first settle of it
 //! checks it as verify does, stores it as a payment intent of the merchant and queues its
 //! submission, and commits that as a phase before it waits (`docs/design.md`, "Atomic phases"),
 //! so the relayer sees it at once. Whoever then sees the transfer in a block first claims the one
@@ -8,7 +9,7 @@
 use std::time::Duration;
 
 use alloy::{
-    primitives::{Address, B256},
+    primitives::{Address, B256, Bytes, U256},
     providers::Provider,
 };
 use axum::{
@@ -22,7 +23,10 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 use tokio::time::Instant;
 
-use super::exact_evm::{self, Checked, Eip3009Payload, Request};
+use super::{
+    exact_evm::{self, Checked, Eip3009Payload, Request},
+    exact_permit2::{self, CheckedPermit, Permit2Payload},
+};
 use crate::{
     auth::MerchantId,
     db::Pool,
@@ -34,7 +38,11 @@ use crate::{
         repo::{self, Expires, NewIntent, PaidBy, Priced, TransitionError},
         state::{Action, Actor, FailureReason},
     },
-    rails::{Chains, eip3009},
+    rails::{
+        Chains, eip3009,
+        evm::permit2::{PERMIT2, X402_EXACT_PROXY},
+        outbox::{self, NewSubmission},
+    },
 };
 
 /// The recovery point of a settle whose payment is stored and queued: a takeover waits for it.
@@ -108,10 +116,11 @@ impl Answer {
     }
 }
 
-/// A payment's key, as the token sees it.
+/// A payment's key, as the contract that spends its nonce once sees it.
 #[derive(Debug, Clone)]
 pub struct PaymentKey {
     pub chain: String,
+    /// The token (EIP-3009), or Permit2.
     pub token: Address,
     pub authorizer: Address,
     pub nonce: B256,
@@ -153,31 +162,26 @@ pub async fn settle(
         network: request.payment_payload.accepted.network.to_string(),
         payer: None,
     };
-    let Some(payload) = exact_evm::eip3009_payload(&request) else {
-        let why = if super::exact_permit2::is_permit2(&request) {
-            "this facilitator does not settle payments by Permit2 yet"
-        } else {
-            "the payload is not an EIP-3009 authorization with its signature"
-        };
+    let Some(signed) = Signed::of(&request) else {
+        let why =
+            "the payload is neither an EIP-3009 nor a Permit2 authorization with its signature";
         return Ok(json(answer.failure("unsupported_payload_type", why, None)));
     };
-    answer.payer = Some(payload.authorization.from.to_checksum(None));
+    answer.payer = Some(signed.payer().to_checksum(None));
     let network = request.payment_requirements.network.to_string();
     let Some(chain) = exact_evm::served_chain(&chains, &network) else {
         let why = format!("{network} is not served here");
         return Ok(json(answer.failure("invalid_network", why, None)));
     };
-    let Ok(token) = request.payment_requirements.asset.parse::<Address>() else {
+    let Ok(asset) = request.payment_requirements.asset.parse::<Address>() else {
         let why = "the asset is not an address";
         return Ok(json(answer.failure("invalid_exact_evm_payload", why, None)));
     };
-    let key = PaymentKey {
-        chain,
-        token,
-        authorizer: payload.authorization.from,
-        nonce: payload.authorization.nonce,
+    let Some(key) = signed.key(chain, asset) else {
+        let why = "the nonce is not a decimal integer";
+        return Ok(json(answer.failure("invalid_exact_evm_payload", why, None)));
     };
-    let fingerprint = fingerprint(&payload, token, &network);
+    let fingerprint = signed.fingerprint(asset, &network);
     let success_key = phases.key().map(|k| format!("{}/{k}", merchant.as_str()));
 
     let held = if phases.recovery_point() == Some(STORED) {
@@ -185,14 +189,24 @@ pub async fn settle(
             .await?
             .ok_or_else(|| ApiError::internal("the recovery point says the payment is stored"))?
     } else {
-        match store(&mut tx, &chains, &merchant, &request, &key, &fingerprint).await? {
+        match store(
+            &mut tx,
+            &chains,
+            &merchant,
+            &request,
+            &signed,
+            &key,
+            &fingerprint,
+        )
+        .await?
+        {
             Ok(held) => held,
             Err(refused) => return Ok(json(answer.failure_of(refused))),
         }
     };
-    let used = "invalid_exact_evm_nonce_already_used";
+    let used = signed.reasons().nonce_used;
     if held.merchant_id != merchant.as_str() || held.fingerprint != fingerprint {
-        let why = "this authorizer's nonce on this token is held here for another payment";
+        let why = "this payer's nonce is held here for another payment";
         return Ok(json(answer.failure(used, why, None)));
     }
     if let Some(paid_by) = &held.success_tx
@@ -204,7 +218,7 @@ pub async fn settle(
     // What is stored stays: the relayer sees it now, and a retry of this key resumes here.
     let phase = phases.commit(tx, STORED).await?;
     let until = deadline.checked_sub(ANSWER_MARGIN).unwrap_or(deadline);
-    let outcome = await_transfer(&pool, &chains, &key, &held, until).await?;
+    let outcome = await_transfer(&pool, &chains, &key, &held, signed.reasons(), until).await?;
     match outcome {
         Transfer::Mined(hash) => {
             let mut tx = phase.resume().await?;
@@ -232,21 +246,178 @@ fn json(response: SettleResponse) -> Response {
     Json(response).into_response()
 }
 
-/// What the payment says, hashed: the same nonce with another payload is another payment.
-fn fingerprint(payload: &Eip3009Payload, token: Address, network: &str) -> Vec<u8> {
-    let a = &payload.authorization;
-    let canonical = serde_json::json!({
-        "network": network,
-        "asset": token.to_checksum(None),
-        "from": a.from.to_checksum(None),
-        "to": a.to.to_checksum(None),
-        "value": a.value,
-        "validAfter": a.valid_after,
-        "validBefore": a.valid_before,
-        "nonce": a.nonce.to_string(),
-        "signature": payload.signature.to_ascii_lowercase(),
-    });
-    Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+/// A payment as the client signed it: an EIP-3009 authorization, or a Permit2 permit for x402's
+/// exact proxy (`exact_permit2`).
+enum Signed {
+    Eip3009(Eip3009Payload),
+    Permit2(Permit2Payload),
+}
+
+/// The reference's reasons for a payment whose nonce is spent, or whose time ran out.
+#[derive(Clone, Copy)]
+struct Reasons {
+    nonce_used: &'static str,
+    expired: &'static str,
+}
+
+impl Signed {
+    /// The payload, by its shape as the reference routes it.
+    fn of(request: &Request) -> Option<Self> {
+        if exact_permit2::is_permit2(request) {
+            serde_json::from_value(request.payment_payload.payload.clone())
+                .ok()
+                .map(Self::Permit2)
+        } else {
+            exact_evm::eip3009_payload(request).map(Self::Eip3009)
+        }
+    }
+
+    fn payer(&self) -> Address {
+        match self {
+            Self::Eip3009(p) => p.authorization.from,
+            Self::Permit2(p) => p.permit2_authorization.from,
+        }
+    }
+
+    /// The payment's key: what spends its nonce once (the token for EIP-3009; Permit2, whose
+    /// nonces are the owner's across every token, for a permit), the payer and the nonce. `None`
+    /// when a permit's nonce is not a number.
+    fn key(&self, chain: String, asset: Address) -> Option<PaymentKey> {
+        let (spender, nonce) = match self {
+            Self::Eip3009(p) => (asset, p.authorization.nonce),
+            Self::Permit2(p) => (
+                PERMIT2,
+                B256::from(p.permit2_authorization.nonce.parse::<U256>().ok()?),
+            ),
+        };
+        Some(PaymentKey {
+            chain,
+            token: spender,
+            authorizer: self.payer(),
+            nonce,
+        })
+    }
+
+    /// What the payment says, hashed: the same nonce with another payload is another payment.
+    fn fingerprint(&self, asset: Address, network: &str) -> Vec<u8> {
+        let canonical = match self {
+            Self::Eip3009(p) => {
+                let a = &p.authorization;
+                serde_json::json!({
+                    "network": network,
+                    "asset": asset.to_checksum(None),
+                    "from": a.from.to_checksum(None),
+                    "to": a.to.to_checksum(None),
+                    "value": a.value,
+                    "validAfter": a.valid_after,
+                    "validBefore": a.valid_before,
+                    "nonce": a.nonce.to_string(),
+                    "signature": p.signature.to_ascii_lowercase(),
+                })
+            }
+            Self::Permit2(p) => {
+                let a = &p.permit2_authorization;
+                serde_json::json!({
+                    "network": network,
+                    "asset": asset.to_checksum(None),
+                    "permit2": {
+                        "from": a.from.to_checksum(None),
+                        "token": a.permitted.token.to_checksum(None),
+                        "amount": a.permitted.amount,
+                        "spender": a.spender.to_checksum(None),
+                        "nonce": a.nonce,
+                        "deadline": a.deadline,
+                        "to": a.witness.to.to_checksum(None),
+                        "validAfter": a.witness.valid_after,
+                    },
+                    "signature": p.signature.to_ascii_lowercase(),
+                })
+            }
+        };
+        Sha256::digest(canonical.to_string().as_bytes()).to_vec()
+    }
+
+    fn reasons(&self) -> Reasons {
+        match self {
+            Self::Eip3009(_) => Reasons {
+                nonce_used: "invalid_exact_evm_nonce_already_used",
+                expired: "invalid_exact_evm_payload_authorization_valid_before",
+            },
+            Self::Permit2(_) => Reasons {
+                nonce_used: "permit2_invalid_nonce",
+                expired: "permit2_deadline_expired",
+            },
+        }
+    }
+}
+
+/// A payment that passed every check: what its intent is and what settling it submits.
+struct Payable {
+    chain: String,
+    chain_id: u64,
+    token: Address,
+    amount: U256,
+    from: Address,
+    to: Address,
+    /// The first second of chain time it can no longer be paid in.
+    ends_at: u64,
+    nonce: B256,
+    paid_by: PaidBy,
+    dedupe_key: String,
+    target: Address,
+    calldata: Bytes,
+}
+
+impl Payable {
+    fn of_eip3009(checked: Checked) -> Result<Self, String> {
+        let a = &checked.authorization;
+        Ok(Self {
+            chain_id: a.chain_id,
+            token: a.token,
+            amount: a.value,
+            from: a.from,
+            to: a.to,
+            ends_at: a.valid_before,
+            nonce: a.nonce,
+            paid_by: PaidBy::Authorization {
+                payer: Some(intent_address(a.from, "from")?),
+            },
+            dedupe_key: eip3009::dedupe_key(a.token, a.from, a.nonce),
+            target: a.token,
+            calldata: a.calldata_for(&checked.proof),
+            chain: checked.chain,
+        })
+    }
+
+    fn of_permit2(checked: CheckedPermit) -> Result<Self, String> {
+        let p = &checked.permit;
+        let nonce = B256::from(p.nonce);
+        // Permit2's deadline is the last second it pays in.
+        let ends_at = u64::try_from(p.deadline)
+            .ok()
+            .and_then(|last| last.checked_add(1))
+            .ok_or_else(|| format!("deadline {} is no time we can keep", p.deadline))?;
+        Ok(Self {
+            chain_id: p.chain_id,
+            token: p.token,
+            amount: p.amount,
+            from: p.owner,
+            to: p.to,
+            ends_at,
+            nonce,
+            paid_by: PaidBy::Permit2 {
+                payer: intent_address(p.owner, "from")?,
+            },
+            dedupe_key: eip3009::dedupe_key(PERMIT2, p.owner, nonce),
+            target: X402_EXACT_PROXY,
+            calldata: p.settle_calldata(checked.signature.clone()),
+            chain: checked.chain,
+        })
+    }
+}
+
+fn intent_address(raw: Address, what: &str) -> Result<IntentAddress, String> {
+    IntentAddress::parse(&raw.to_checksum(None)).map_err(|e| format!("{what}: {e}"))
 }
 
 /// The payment stored under `key`, if any.
@@ -271,14 +442,31 @@ async fn store(
     chains: &Chains,
     merchant: &MerchantId,
     request: &Request,
+    signed: &Signed,
     key: &PaymentKey,
     fingerprint: &[u8],
 ) -> Result<Result<Held, exact_evm::VerifyResponse>, ApiError> {
     if let Some(held) = find(tx, key).await? {
         return Ok(Ok(held));
     }
-    let checked = match exact_evm::check(tx, chains, request).await? {
-        Ok(checked) => checked,
+    let checked = match signed {
+        Signed::Eip3009(_) => exact_evm::check(tx, chains, request)
+            .await?
+            .map(Payable::of_eip3009),
+        Signed::Permit2(_) => exact_permit2::check(chains, request)
+            .await?
+            .map(Payable::of_permit2),
+    };
+    let payable = match checked {
+        Ok(Ok(payable)) => payable,
+        Ok(Err(why)) => {
+            let payer = Some(signed.payer());
+            return Ok(Err(exact_evm::VerifyResponse::invalid(
+                "invalid_exact_evm_payload",
+                payer,
+                why,
+            )));
+        }
         Err(refused) => {
             // A concurrent settle of the same payment may have committed since the look above.
             return Ok(match find(tx, key).await? {
@@ -289,10 +477,10 @@ async fn store(
     };
     // Everything the intent needs is read before anything is written: a payment this server
     // cannot keep as an intent is refused, never half stored.
-    let new = match new_intent(&checked, request) {
+    let new = match new_intent(&payable, request) {
         Ok(new) => new,
         Err(why) => {
-            let payer = Some(checked.authorization.from);
+            let payer = Some(payable.from);
             return Ok(Err(exact_evm::VerifyResponse::invalid(
                 "invalid_exact_evm_payload",
                 payer,
@@ -304,8 +492,8 @@ async fn store(
     let network = request.payment_requirements.network.to_string();
     let inserted = sqlx::query_as!(
         Held,
-        r#"INSERT INTO x402_payments (chain, token, authorizer, nonce, merchant_id, intent_id, network, fingerprint)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+        r#"INSERT INTO x402_payments (chain, token, authorizer, nonce, merchant_id, intent_id, network, fingerprint, asset)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
            ON CONFLICT DO NOTHING
            RETURNING merchant_id, intent_id, fingerprint, success_tx, success_key"#,
         key.chain,
@@ -316,6 +504,7 @@ async fn store(
         intent_id.as_str(),
         network,
         fingerprint,
+        payable.token.to_checksum(None),
     )
     .fetch_optional(&mut *tx)
     .await?;
@@ -326,21 +515,22 @@ async fn store(
             .map(Ok)
             .ok_or_else(|| ApiError::internal("an x402 payment conflicted and is gone"));
     };
-    open_intent(tx, merchant, &intent_id, &new, &checked).await?;
+    open_intent(tx, merchant, &intent_id, &new, &payable).await?;
     Ok(Ok(held))
 }
 
-/// The payment as a payment intent: its requirements as the intent (amount, asset, payTo,
-/// validBefore as its expiry), its own nonce. `Err` says what cannot be kept so.
-fn new_intent(checked: &Checked, request: &Request) -> Result<NewIntent, String> {
-    let a = &checked.authorization;
-    let address = |raw: Address, what: &str| {
-        IntentAddress::parse(&raw.to_checksum(None)).map_err(|e| format!("{what}: {e}"))
-    };
-    let expires_at = i64::try_from(a.valid_before)
+/// The payment as a payment intent: its requirements as the intent (amount, asset, payTo, the
+/// end of its validity as its expiry), its own nonce. `Err` says what cannot be kept so.
+fn new_intent(payable: &Payable, request: &Request) -> Result<NewIntent, String> {
+    let expires_at = i64::try_from(payable.ends_at)
         .ok()
         .and_then(|at| OffsetDateTime::from_unix_timestamp(at).ok())
-        .ok_or_else(|| format!("validBefore {} is no time we can keep", a.valid_before))?;
+        .ok_or_else(|| {
+            format!(
+                "the validity end {} is no time we can keep",
+                payable.ends_at
+            )
+        })?;
     let resource = request
         .payment_payload
         .resource
@@ -353,28 +543,27 @@ fn new_intent(checked: &Checked, request: &Request) -> Result<NewIntent, String>
     pairs.extend(resource.map(|url| ("x402_resource", url)));
     Ok(NewIntent {
         priced: Priced::InToken {
-            chain: Chain::parse(&checked.chain)?,
-            token: address(a.token, "asset")?,
-            amount: Amount::parse(&a.value.to_string()).map_err(|e| format!("value: {e}"))?,
-            paid_by: PaidBy::Authorization {
-                payer: Some(address(a.from, "from")?),
-            },
+            chain: Chain::parse(&payable.chain)?,
+            token: intent_address(payable.token, "asset")?,
+            amount: Amount::parse(&payable.amount.to_string())
+                .map_err(|e| format!("value: {e}"))?,
+            paid_by: payable.paid_by,
         },
-        payee: address(a.to, "payTo")?,
+        payee: intent_address(payable.to, "payTo")?,
         expires: Expires::At(expires_at),
         metadata: Metadata::of_ours(pairs.iter().map(|(k, v)| (*k, v.as_str()))),
-        nonce: Some(a.nonce.0),
+        nonce: Some(payable.nonce.0),
     })
 }
 
-/// Stores `new` as a payment intent of the merchant, `processing` at once (its authorization is
+/// Stores `new` as a payment intent of the merchant, `processing` at once (its payment is
 /// signed), and queues its submission.
 async fn open_intent(
     tx: &mut PgConnection,
     merchant: &MerchantId,
     id: &IntentId,
     new: &NewIntent,
-    checked: &Checked,
+    payable: &Payable,
 ) -> Result<(), ApiError> {
     let actor = Actor::Merchant(merchant.as_str().to_owned());
     repo::insert(tx, merchant, id, new, None)
@@ -395,8 +584,15 @@ async fn open_intent(
         TransitionError::Database(e) => ApiError::from(e),
         other => ApiError::internal(&format!("a new x402 intent cannot be confirmed: {other}")),
     })?;
-    let (a, proof) = (&checked.authorization, &checked.proof);
-    eip3009::queue_authorization(tx, crate::intents::payment::KIND, id.as_str(), a, proof).await?;
+    let submission = NewSubmission {
+        kind: crate::intents::payment::KIND,
+        subject: id.as_str(),
+        chain_id: payable.chain_id,
+        dedupe_key: payable.dedupe_key.clone(),
+        target: payable.target,
+        calldata: payable.calldata.clone(),
+    };
+    outbox::queue(tx, &submission).await?;
     Ok(())
 }
 
@@ -422,6 +618,7 @@ async fn await_transfer(
     chains: &Chains,
     key: &PaymentKey,
     held: &Held,
+    reasons: Reasons,
     until: Instant,
 ) -> Result<Transfer, ApiError> {
     use crate::intents::state::IntentState;
@@ -468,12 +665,10 @@ async fn await_transfer(
             IntentState::Failed | IntentState::Canceled => {
                 let failure = now.failure_reason.unwrap_or_default();
                 let reason = match FailureReason::parse(&failure) {
-                    Some(FailureReason::AuthorizationExpired) => {
-                        "invalid_exact_evm_payload_authorization_valid_before"
-                    }
+                    Some(FailureReason::AuthorizationExpired) => reasons.expired,
                     Some(
                         FailureReason::NonceUsedOtherwise | FailureReason::AuthorizationCanceled,
-                    ) => "invalid_exact_evm_nonce_already_used",
+                    ) => reasons.nonce_used,
                     // Expired while the token refused it: the transfer could not be made.
                     None => "invalid_exact_evm_transaction_failed",
                 };

@@ -536,6 +536,21 @@ impl super::TestApp {
 
 /// The app settling on `anvil` after `confirmations`, its relayer sending with `RELAYER_KEY` when
 /// `relayer` (without it, what is queued stays queued).
+/// The time of the chain's latest block.
+pub async fn chain_time(anvil: &Anvil) -> u64 {
+    let block = anvil
+        .rpc("eth_getBlockByNumber", json!(["latest", false]))
+        .await;
+    u64::from_str_radix(
+        block["timestamp"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap()
+}
+
 pub async fn app_on(anvil: &Anvil, confirmations: u64, relayer: bool) -> super::TestApp {
     app_on_with(anvil, confirmations, relayer, |_| {}).await
 }
