@@ -35,13 +35,14 @@ export function facilitatorAt(url) {
 }
 
 /// The resource server of docs/x402.md: an express app whose routes cost PRICE of a token. `facilitator`
-/// is the facilitator client it asks (default: ours at `facilitatorUrl`).
-export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl)) {
+/// is the facilitator client it asks (default: ours at `facilitatorUrl`). With `permit2Asset`, a
+/// route `/weather-permit2` costs PRICE of that token, paid by Permit2.
+export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl), { permit2Asset } = {}) {
   const server = new x402ResourceServer(facilitator)
     .register(NETWORK, new ExactEvmServer())
     .registerExtension(paymentIdentifierResourceServerExtension);
-  const route = (asset, extensions) => ({
-    accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra: TOKENS[asset] } },
+  const route = (asset, extensions, extra = TOKENS[asset]) => ({
+    accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra } },
     description: "The weather, paid per call",
     extensions,
   });
@@ -51,10 +52,12 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
     "GET /weather-usdc": route(USDC),
     // A route that asks its clients for a payment identifier (x402's payment-identifier extension).
     "GET /weather-identified": route(DEVNET_USD, { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }),
+    ...(permit2Asset && { "GET /weather-permit2": route(permit2Asset, undefined, { assetTransferMethod: "permit2" }) }),
   }, server));
   app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
   app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
   app.get("/weather-identified", (_req, res) => res.json({ weather: "sunny, identified" }));
+  app.get("/weather-permit2", (_req, res) => res.json({ weather: "sunny, by Permit2" }));
   const port = await freePort();
   const listening = app.listen(port, "127.0.0.1");
   await new Promise((resolve) => listening.once("listening", resolve));
@@ -64,8 +67,8 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
 /// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
 /// not sent at all (the caller answers it), so the signed header can be used as the caller likes.
 /// With `paymentId`, every payment it makes carries that payment identifier where a route asks for
-/// one, as x402's documentation shows a client doing it.
-export function payingClient({ hold = false, key = PAYER_KEY, paymentId } = {}) {
+/// one, as x402's documentation shows a client doing it. `assets` are what it agrees to pay in.
+export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets = Object.keys(TOKENS) } = {}) {
   const sent = [];
   const transport = async (input, init) => {
     const request = new Request(input, init);
@@ -80,7 +83,7 @@ export function payingClient({ hold = false, key = PAYER_KEY, paymentId } = {}) 
     schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) }],
     // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
     spendControls: {
-      allowedAssets: Object.keys(TOKENS).map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
+      allowedAssets: assets.map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),
     },
   });
   if (paymentId) {

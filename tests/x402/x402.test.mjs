@@ -323,4 +323,21 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
   assert.deepEqual([again.success, again.errorReason, again.transaction], [false, "permit2_invalid_nonce", settled.transaction], JSON.stringify(again));
   assert.equal((await reference.verify(good.payload, good.required)).isValid, false);
   assert.equal(await balanceOf(MERCHANT), before + BigInt(PRICE));
+
+  // The whole round, x402's own: @x402/express asks for the token by Permit2, @x402/fetch signs it,
+  // our facilitator settles it through the exact proxy.
+  const server = await startResource(`${api.base}/x402`, undefined, { permit2Asset: approved });
+  try {
+    const { pay } = payingClient({ assets: [approved] });
+    const answer = await pay(`${server.url}/weather-permit2`);
+    assert.equal(answer.status, 200, await answer.clone().text());
+    assert.equal((await answer.json()).weather, "sunny, by Permit2");
+    const paid = decodePaymentResponseHeader(answer.headers.get("payment-response"));
+    assert.equal(paid.success, true, JSON.stringify(paid));
+    const mined = await payer.getTransactionReceipt({ hash: paid.transaction });
+    assert.equal(mined.to.toLowerCase(), "0x402085c248eea27d92e8b30b2c58ed07f9e20001");
+    assert.equal(await balanceOf(MERCHANT), before + 2n * BigInt(PRICE));
+  } finally {
+    server.close();
+  }
 });
