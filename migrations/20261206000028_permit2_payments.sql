@@ -25,3 +25,7 @@ ALTER TABLE chain_observations ADD CONSTRAINT chain_observations_kind
                     'refund_authorization_used', 'refund_authorization_canceled',
                     'refund_transfer_seen', 'deposit_received', 'deposit_swept',
                     'permit2_used'));
+
+-- A submission only one key may send (docs/x402.md, "upto"): x402's upto proxy settles only for
+-- the facilitator its payer named. NULL: any relayer key of the chain.
+ALTER TABLE chain_submissions ADD COLUMN sender text;

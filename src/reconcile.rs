@@ -401,7 +401,7 @@ async fn permit2_payments(
     moved: &mut Movements,
     unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<()> {
-    let settled_topic = permit2::exact_settled_topic();
+    let settled_topic = permit2::settled_topic();
     for intent in intents::repo::settled_permits_on(conn, &chain.name).await? {
         let settlement = &intent.settlement.0;
         if settlement.block_number > confirmed {

@@ -263,6 +263,7 @@ pub async fn queue_authorization(
         dedupe_key: dedupe_key(authorization.token, authorization.from, authorization.nonce),
         target: authorization.token,
         calldata: authorization.calldata_for(proof),
+        sender: None,
     };
     outbox::queue(conn, &submission).await?;
     Ok(())

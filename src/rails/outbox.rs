@@ -35,6 +35,8 @@ pub struct NewSubmission<'a> {
     pub dedupe_key: String,
     pub target: Address,
     pub calldata: Bytes,
+    /// The only relayer key that may send it, when the call checks its sender.
+    pub sender: Option<Address>,
 }
 
 /// Queues `submission` in the caller's transaction and returns its id (the existing one's, if
@@ -47,8 +49,8 @@ pub async fn queue(
     sqlx::query_scalar!(
         r#"
         WITH queued AS (
-            INSERT INTO chain_submissions (kind, subject, chain_id, dedupe_key, target, calldata)
-            VALUES ($1, $2, $3, $4, $5, $6)
+            INSERT INTO chain_submissions (kind, subject, chain_id, dedupe_key, target, calldata, sender)
+            VALUES ($1, $2, $3, $4, $5, $6, $8)
             ON CONFLICT (chain_id, dedupe_key) DO UPDATE SET dedupe_key = EXCLUDED.dedupe_key
             RETURNING id, chain_id
         )
@@ -61,6 +63,7 @@ pub async fn queue(
         submission.target.to_checksum(None),
         submission.calldata.as_ref(),
         QUEUED_CHANNEL,
+        submission.sender.map(|a| a.to_checksum(None)),
     )
     .fetch_one(conn)
     .await

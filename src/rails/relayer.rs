@@ -258,6 +258,7 @@ impl Relayer<'_> {
             WITH claimable AS (
                 SELECT id FROM chain_submissions s
                  WHERE chain_id = $1 AND state = 'queued' AND relayer IS DISTINCT FROM $2
+                   AND (sender IS NULL OR sender = $2)
                    AND (relayer IS NULL OR NOT EXISTS (
                         SELECT 1 FROM relayer_leases l
                          WHERE l.chain_id = s.chain_id AND l.relayer = s.relayer AND l.expires_at > now()))

@@ -33,13 +33,17 @@ pub fn connect(url: &url::Url) -> Node {
 /// succeed now: `Ok(None)` if so, `Ok(Some(reason))` with the revert if not.
 pub async fn simulate(
     node: &Node,
+    from: Option<alloy::primitives::Address>,
     to: alloy::primitives::Address,
     calldata: alloy::primitives::Bytes,
 ) -> Result<Option<String>, ChainError> {
     use alloy::{eips::BlockId, network::TransactionBuilder, rpc::types::TransactionRequest};
-    let request = TransactionRequest::default()
+    let mut request = TransactionRequest::default()
         .with_to(to)
         .with_input(calldata);
+    if let Some(from) = from {
+        request = request.with_from(from);
+    }
     match node.call(request).block(BlockId::latest()).await {
         Ok(_) => Ok(None),
         Err(e) => match ChainError::from(e) {

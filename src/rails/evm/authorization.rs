@@ -200,7 +200,13 @@ pub async fn simulate_transfer(
     authorization: &Authorization,
     proof: &PayerProof,
 ) -> Result<Option<String>, ChainError> {
-    crate::rails::rpc::simulate(node, authorization.token, authorization.calldata_for(proof)).await
+    crate::rails::rpc::simulate(
+        node,
+        None,
+        authorization.token,
+        authorization.calldata_for(proof),
+    )
+    .await
 }
 
 sol! {

@@ -54,6 +54,14 @@ mod bindings {
 }
 pub use bindings::X402ExactPermit2Proxy;
 
+mod upto_bindings {
+    alloy::sol! {
+        X402UptoPermit2Proxy,
+        "contracts/build/x402UptoPermit2Proxy.json"
+    }
+}
+use upto_bindings::X402UptoPermit2Proxy;
+
 /// What a payer signs for x402's `exact` proxy: Permit2's `PermitWitnessTransferFrom`, its witness
 /// the proxy's (`Witness(address to,uint256 validAfter)`), field for field.
 pub mod exact {
@@ -79,10 +87,38 @@ pub mod exact {
     }
 }
 
-/// One payment by Permit2 through x402's `exact` proxy: `amount` of `token` from `owner` to `to`,
-/// not before `valid_after`, not after `deadline` (unix seconds, inclusive), under `nonce`.
+/// What a payer signs for x402's `upto` proxy: the same, its witness also naming the only
+/// facilitator that may settle it (`Witness(address to,address facilitator,uint256 validAfter)`).
+pub mod upto {
+    alloy::sol! {
+        #[derive(Debug, PartialEq, Eq)]
+        struct TokenPermissions {
+            address token;
+            uint256 amount;
+        }
+        #[derive(Debug, PartialEq, Eq)]
+        struct Witness {
+            address to;
+            address facilitator;
+            uint256 validAfter;
+        }
+        #[derive(Debug, PartialEq, Eq)]
+        struct PermitWitnessTransferFrom {
+            TokenPermissions permitted;
+            address spender;
+            uint256 nonce;
+            uint256 deadline;
+            Witness witness;
+        }
+    }
+}
+
+/// One payment by Permit2 through one of x402's proxies: `amount` of `token` from `owner` to `to`
+/// (all of it through the `exact` proxy; at most that through the `upto` proxy, and only by
+/// `facilitator`), not before `valid_after`, not after `deadline` (unix seconds, inclusive), under
+/// `nonce`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExactPermit {
+pub struct ProxyPermit {
     pub chain_id: u64,
     pub token: Address,
     pub amount: U256,
@@ -91,10 +127,20 @@ pub struct ExactPermit {
     pub nonce: U256,
     pub deadline: U256,
     pub valid_after: U256,
+    /// `None` for the `exact` scheme; for `upto`, the one address that may settle it.
+    pub facilitator: Option<Address>,
 }
 
-impl ExactPermit {
-    fn message(&self) -> exact::PermitWitnessTransferFrom {
+impl ProxyPermit {
+    /// The proxy the permit names as its spender.
+    pub fn spender(&self) -> Address {
+        match self.facilitator {
+            None => X402_EXACT_PROXY,
+            Some(_) => X402_UPTO_PROXY,
+        }
+    }
+
+    fn exact_message(&self) -> exact::PermitWitnessTransferFrom {
         exact::PermitWitnessTransferFrom {
             permitted: exact::TokenPermissions {
                 token: self.token,
@@ -110,56 +156,121 @@ impl ExactPermit {
         }
     }
 
+    fn upto_message(&self, facilitator: Address) -> upto::PermitWitnessTransferFrom {
+        upto::PermitWitnessTransferFrom {
+            permitted: upto::TokenPermissions {
+                token: self.token,
+                amount: self.amount,
+            },
+            spender: X402_UPTO_PROXY,
+            nonce: self.nonce,
+            deadline: self.deadline,
+            witness: upto::Witness {
+                to: self.to,
+                facilitator,
+                validAfter: self.valid_after,
+            },
+        }
+    }
+
     /// The EIP-712 digest the owner signs: Permit2's domain on its chain.
     pub fn digest(&self) -> B256 {
         use alloy::sol_types::SolStruct;
-        self.message()
-            .eip712_signing_hash(&permit2_domain(self.chain_id))
-    }
-
-    /// The proxy's `settle(permit, owner, witness, signature)`, which anyone may send.
-    pub fn settle_calldata(&self, signature: Bytes) -> Bytes {
-        use alloy::sol_types::SolCall;
-        use bindings::{ISignatureTransfer, x402ExactPermit2Proxy};
-        X402ExactPermit2Proxy::settleCall {
-            permit: ISignatureTransfer::PermitTransferFrom {
-                permitted: ISignatureTransfer::TokenPermissions {
-                    token: self.token,
-                    amount: self.amount,
-                },
-                nonce: self.nonce,
-                deadline: self.deadline,
-            },
-            owner: self.owner,
-            witness: x402ExactPermit2Proxy::Witness {
-                to: self.to,
-                validAfter: self.valid_after,
-            },
-            signature,
+        let domain = permit2_domain(self.chain_id);
+        match self.facilitator {
+            None => self.exact_message().eip712_signing_hash(&domain),
+            Some(facilitator) => self.upto_message(facilitator).eip712_signing_hash(&domain),
         }
-        .abi_encode()
-        .into()
     }
 
-    /// The permit a call of the proxy's `settle` on `chain_id` carries, if `calldata` is one.
-    pub fn of_settle_calldata(chain_id: u64, calldata: &[u8]) -> Option<Self> {
+    /// The proxy's `settle`, charging `charged`: `settle(permit, owner, witness, signature)` of the
+    /// exact proxy (anyone may send it; it moves the whole amount, so `charged` is that), or
+    /// `settle(permit, amount, owner, witness, signature)` of the upto proxy (only its facilitator).
+    pub fn settle_calldata(&self, charged: U256, signature: Bytes) -> Bytes {
         use alloy::sol_types::SolCall;
-        let call = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
-        Some(Self {
-            chain_id,
-            token: call.permit.permitted.token,
-            amount: call.permit.permitted.amount,
-            owner: call.owner,
-            to: call.witness.to,
-            nonce: call.permit.nonce,
-            deadline: call.permit.deadline,
-            valid_after: call.witness.validAfter,
-        })
+        let permit = bindings::ISignatureTransfer::PermitTransferFrom {
+            permitted: bindings::ISignatureTransfer::TokenPermissions {
+                token: self.token,
+                amount: self.amount,
+            },
+            nonce: self.nonce,
+            deadline: self.deadline,
+        };
+        match self.facilitator {
+            None => X402ExactPermit2Proxy::settleCall {
+                permit,
+                owner: self.owner,
+                witness: bindings::x402ExactPermit2Proxy::Witness {
+                    to: self.to,
+                    validAfter: self.valid_after,
+                },
+                signature,
+            }
+            .abi_encode()
+            .into(),
+            Some(facilitator) => X402UptoPermit2Proxy::settleCall {
+                permit: upto_bindings::ISignatureTransfer::PermitTransferFrom {
+                    permitted: upto_bindings::ISignatureTransfer::TokenPermissions {
+                        token: permit.permitted.token,
+                        amount: permit.permitted.amount,
+                    },
+                    nonce: permit.nonce,
+                    deadline: permit.deadline,
+                },
+                amount: charged,
+                owner: self.owner,
+                witness: upto_bindings::x402UptoPermit2Proxy::Witness {
+                    to: self.to,
+                    facilitator,
+                    validAfter: self.valid_after,
+                },
+                signature,
+            }
+            .abi_encode()
+            .into(),
+        }
+    }
+
+    /// The permit a call of a proxy's (`to`) `settle` on `chain_id` carries, and what it charges,
+    /// if `calldata` is one.
+    pub fn of_settle_calldata(chain_id: u64, to: Address, calldata: &[u8]) -> Option<(Self, U256)> {
+        use alloy::sol_types::SolCall;
+        if to == X402_EXACT_PROXY {
+            let call = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
+            let permit = Self {
+                chain_id,
+                token: call.permit.permitted.token,
+                amount: call.permit.permitted.amount,
+                owner: call.owner,
+                to: call.witness.to,
+                nonce: call.permit.nonce,
+                deadline: call.permit.deadline,
+                valid_after: call.witness.validAfter,
+                facilitator: None,
+            };
+            Some((permit, call.permit.permitted.amount))
+        } else if to == X402_UPTO_PROXY {
+            let call = X402UptoPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
+            let permit = Self {
+                chain_id,
+                token: call.permit.permitted.token,
+                amount: call.permit.permitted.amount,
+                owner: call.owner,
+                to: call.witness.to,
+                nonce: call.permit.nonce,
+                deadline: call.permit.deadline,
+                valid_after: call.witness.validAfter,
+                facilitator: Some(call.witness.facilitator),
+            };
+            Some((permit, call.amount))
+        } else {
+            None
+        }
     }
 }
 
-/// The exact proxy's `Settled()`, which it logs after each transfer it makes.
-pub fn exact_settled_topic() -> B256 {
+/// Both proxies' `Settled()`, which each logs after each transfer it makes.
+pub fn settled_topic() -> B256 {
     use alloy::sol_types::SolEvent;
     X402ExactPermit2Proxy::Settled::SIGNATURE_HASH
 }
@@ -227,14 +338,17 @@ pub async fn owner_funds(
     Ok((balance, allowance))
 }
 
-/// Asks the exact proxy, by `eth_call` of the settle `permit` would make, whether it would pay
-/// now: `Ok(None)` if so, `Ok(Some(reason))` with its revert if not.
-pub async fn simulate_exact_settle(
+/// Asks the permit's proxy, by `eth_call` of the settle charging `charged` (sent by the upto
+/// permit's facilitator, which alone may send it), whether it would pay now: `Ok(None)` if so,
+/// `Ok(Some(reason))` with its revert if not.
+pub async fn simulate_settle(
     node: &Node,
-    permit: &ExactPermit,
+    permit: &ProxyPermit,
+    charged: U256,
     signature: Bytes,
 ) -> Result<Option<String>, ChainError> {
-    crate::rails::rpc::simulate(node, X402_EXACT_PROXY, permit.settle_calldata(signature)).await
+    let calldata = permit.settle_calldata(charged, signature);
+    crate::rails::rpc::simulate(node, permit.facilitator, permit.spender(), calldata).await
 }
 
 /// A committed artifact of a contract placed at its address: its runtime code and where in it

@@ -75,6 +75,7 @@ pub async fn queue(
         ),
         target,
         calldata: Bytes::from(calldata),
+        sender: None,
     };
     outbox::queue(tx, &submission).await.map(Some)
 }

@@ -18,7 +18,7 @@ use crate::{
         Chains,
         evm::{
             authorization::{PayerSignature, WalletAnswer, ask_wallet, signature_bytes},
-            permit2::{self, ExactPermit, X402_EXACT_PROXY},
+            permit2::{self, ProxyPermit, X402_EXACT_PROXY},
         },
         rpc::ChainError,
     },
@@ -69,7 +69,7 @@ pub fn is_permit2(request: &Request) -> bool {
 pub struct CheckedPermit {
     /// Our name of its chain (`evm:<id>`).
     pub chain: String,
-    pub permit: ExactPermit,
+    pub permit: ProxyPermit,
     pub signature: Bytes,
 }
 
@@ -186,7 +186,7 @@ pub async fn check(
             ),
         );
     }
-    let permit = ExactPermit {
+    let permit = ProxyPermit {
         chain_id: endpoint.id,
         token: asset,
         amount,
@@ -195,6 +195,7 @@ pub async fn check(
         nonce,
         deadline,
         valid_after,
+        facilitator: None,
     };
     let code = node
         .get_code_at(asset)
@@ -225,7 +226,7 @@ pub async fn check(
     }
     // What only the chain can say (the allowance, the balance, the nonce): the reference asks it
     // by simulating the settle, then names the first shortfall it finds.
-    let refused = permit2::simulate_exact_settle(node, &permit, signature.clone())
+    let refused = permit2::simulate_settle(node, &permit, amount, signature.clone())
         .await
         .map_err(|e| unavailable(&chain, e))?;
     if let Some(reason) = refused {
@@ -266,7 +267,7 @@ pub async fn check(
 /// says why it is not.
 async fn owner_signed(
     node: &crate::rails::rpc::Node,
-    permit: &ExactPermit,
+    permit: &ProxyPermit,
     raw: &str,
 ) -> Result<Result<Bytes, String>, ChainError> {
     let bytes = match signature_bytes(raw) {

@@ -40,7 +40,7 @@ use crate::{
     },
     rails::{
         Chains, eip3009,
-        evm::permit2::{PERMIT2, X402_EXACT_PROXY},
+        evm::permit2::PERMIT2,
         outbox::{self, NewSubmission},
     },
 };
@@ -366,6 +366,8 @@ struct Payable {
     dedupe_key: String,
     target: Address,
     calldata: Bytes,
+    /// The one relayer key that may send it, when the call checks its sender.
+    sender: Option<Address>,
 }
 
 impl Payable {
@@ -385,6 +387,7 @@ impl Payable {
             dedupe_key: eip3009::dedupe_key(a.token, a.from, a.nonce),
             target: a.token,
             calldata: a.calldata_for(&checked.proof),
+            sender: None,
             chain: checked.chain,
         })
     }
@@ -409,8 +412,9 @@ impl Payable {
                 payer: intent_address(p.owner, "from")?,
             },
             dedupe_key: eip3009::dedupe_key(PERMIT2, p.owner, nonce),
-            target: X402_EXACT_PROXY,
-            calldata: p.settle_calldata(checked.signature.clone()),
+            target: p.spender(),
+            sender: p.facilitator,
+            calldata: p.settle_calldata(p.amount, checked.signature.clone()),
             chain: checked.chain,
         })
     }
@@ -591,6 +595,7 @@ async fn open_intent(
         dedupe_key: payable.dedupe_key.clone(),
         target: payable.target,
         calldata: payable.calldata.clone(),
+        sender: payable.sender,
     };
     outbox::queue(tx, &submission).await?;
     Ok(())

@@ -18,7 +18,7 @@ use crate::{
     rails::{
         eip3009::Transfer,
         evm::{
-            permit2::{ExactPermit, X402_EXACT_PROXY, exact_settled_topic},
+            permit2::{ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topic},
             token::Eip3009,
         },
         follower::{
@@ -59,8 +59,8 @@ impl Watch for Permit2Watch {
         _: &ChainEndpoint,
     ) -> Result<Interest, sqlx::Error> {
         Ok(Interest {
-            addresses: vec![X402_EXACT_PROXY],
-            events: vec![exact_settled_topic()],
+            addresses: vec![X402_EXACT_PROXY, X402_UPTO_PROXY],
+            events: vec![settled_topic()],
             sent_to: Vec::new(),
         })
     }
@@ -72,7 +72,9 @@ impl Watch for Permit2Watch {
         node: &Node,
         log: &Log,
     ) -> Result<Option<Observed>, FollowError> {
-        if log.address() != X402_EXACT_PROXY || log.topics().first() != Some(&exact_settled_topic())
+        let proxy = log.address();
+        if ![X402_EXACT_PROXY, X402_UPTO_PROXY].contains(&proxy)
+            || log.topics().first() != Some(&settled_topic())
         {
             return Ok(None);
         }
@@ -86,10 +88,10 @@ impl Watch for Permit2Watch {
             .ok_or_else(|| ChainError::Refused(format!("no transaction {hash}")))?;
         // Only a call of the proxy itself says which permit it settled; one made through another
         // contract is not read (docs/x402.md, "Permit2").
-        let permit = (sent.to() == Some(X402_EXACT_PROXY))
-            .then(|| ExactPermit::of_settle_calldata(chain.id, sent.input()))
+        let permit = (sent.to() == Some(proxy))
+            .then(|| ProxyPermit::of_settle_calldata(chain.id, proxy, sent.input()))
             .flatten();
-        let Some(permit) = permit else {
+        let Some((permit, _charged)) = permit else {
             tracing::warn!(chain = %chain.name, tx = %hash, "x402's exact proxy settled a permit through another contract: not read");
             return Ok(None);
         };
