@@ -416,7 +416,7 @@ async fn permit2_payments(
         let mut last_transfer = None;
         for log in receipt.inner.logs() {
             let Some(index) = log.log_index else { continue };
-            if log.address() == permit2::X402_EXACT_PROXY
+            if [permit2::X402_EXACT_PROXY, permit2::X402_UPTO_PROXY].contains(&log.address())
                 && log.topics().first() == Some(&settled_topic)
             {
                 if let Some((transfer_index, sent)) = last_transfer.take()

@@ -196,23 +196,55 @@ fn usdt_like_approved(anvil: &Anvil) -> String {
 /// An x402 `exact` payment of `amount` of `token` by Permit2, as `@x402/evm`'s client writes it,
 /// signed by cast, valid for ten minutes of chain time.
 async fn permit2_payment(anvil: &Anvil, token: &str, amount: &str, nonce: &str) -> Value {
+    signed_for_proxy(anvil, token, amount, nonce, None).await
+}
+
+/// The same for x402's `upto` proxy, `facilitator` the one that may charge it.
+async fn upto_payment(
+    anvil: &Anvil,
+    token: &str,
+    ceiling: &str,
+    nonce: &str,
+    facilitator: &str,
+) -> Value {
+    signed_for_proxy(anvil, token, ceiling, nonce, Some(facilitator)).await
+}
+
+async fn signed_for_proxy(
+    anvil: &Anvil,
+    token: &str,
+    amount: &str,
+    nonce: &str,
+    facilitator: Option<&str>,
+) -> Value {
     let now = crate::helpers::chain::chain_time(anvil).await;
     let deadline = (now + 600).to_string();
-    let exact = X402_EXACT_PROXY.to_string();
-    let witness = json!({"to": PAYEE, "validAfter": (now - 600).to_string()});
+    let valid_after = (now - 600).to_string();
+    let (proxy, scheme, witness) = match facilitator {
+        None => (
+            X402_EXACT_PROXY.to_string(),
+            "exact",
+            json!({"to": PAYEE, "validAfter": valid_after}),
+        ),
+        Some(facilitator) => (
+            X402_UPTO_PROXY.to_string(),
+            "upto",
+            json!({"to": PAYEE, "facilitator": facilitator, "validAfter": valid_after}),
+        ),
+    };
     let typed = permit_until(
         anvil.chain_id,
         token,
         amount,
         nonce,
         &deadline,
-        &exact,
+        &proxy,
         witness,
     );
     let signature = anvil.sign(PAYER_KEY, &typed);
     let message = &typed["message"];
     let requirements = json!({
-        "scheme": "exact", "network": "eip155:31337", "amount": amount, "asset": token,
+        "scheme": scheme, "network": "eip155:31337", "amount": amount, "asset": token,
         "payTo": PAYEE, "maxTimeoutSeconds": 60, "extra": {"assetTransferMethod": "permit2"}
     });
     json!({
@@ -225,7 +257,7 @@ async fn permit2_payment(anvil: &Anvil, token: &str, amount: &str, nonce: &str) 
                 "permit2Authorization": {
                     "from": PAYER,
                     "permitted": message["permitted"],
-                    "spender": exact,
+                    "spender": proxy,
                     "nonce": nonce,
                     "deadline": deadline,
                     "witness": message["witness"],
@@ -308,6 +340,75 @@ async fn an_x402_payment_by_permit2_is_settled_once_as_an_intent_booked_and_reco
     .await
     .unwrap();
     assert_eq!(booked, 1);
+    let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{report}");
+}
+
+/// x402's `upto`: the payer allows at most a ceiling, for our relayer alone to charge; verify checks
+/// the ceiling, settle charges what the resource server reports, once, and the intent keeps both.
+#[tokio::test]
+async fn an_upto_payment_charges_what_was_used_once_and_its_intent_keeps_the_ceiling() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = usdt_like_approved(&anvil);
+    let post = |path: &'static str, body: &Value| {
+        let body = body.to_string();
+        let app = &app;
+        async move {
+            let answer = app.post_as(DEMO_TOKEN, path, None, &body).await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.json()
+        }
+    };
+    // A witness naming someone else than our relayer is refused as the reference refuses it.
+    let stranger = upto_payment(&anvil, &token, "1000", "1", PAYEE).await;
+    let refused = post("/x402/verify", &stranger).await;
+    assert_eq!(
+        refused["invalidReason"], "upto_facilitator_mismatch",
+        "{refused}"
+    );
+
+    let nonce = fastrand::u64(..).to_string();
+    let body = upto_payment(&anvil, &token, "1000", &nonce, RELAYER).await;
+    let verified = post("/x402/verify", &body).await;
+    assert_eq!(verified["isValid"], true, "{verified}");
+    let charging = |amount: &str| {
+        let mut body = body.clone();
+        body["paymentRequirements"]["amount"] = json!(amount);
+        body
+    };
+    let over = post("/x402/settle", &charging("1001")).await;
+    assert_eq!(
+        over["errorReason"], "invalid_upto_evm_payload_settlement_exceeds_amount",
+        "{over}"
+    );
+    let before = anvil.balance_of(&token, PAYEE);
+    let settled = post("/x402/settle", &charging("400")).await;
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(settled["amount"], "400");
+    let hash = settled["transaction"].as_str().unwrap().to_owned();
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 400);
+    // Once: the same charge again, or another, hears the spent nonce.
+    for amount in ["400", "500"] {
+        let again = post("/x402/settle", &charging(amount)).await;
+        assert_eq!(again["success"], false, "{again}");
+        assert_eq!(again["errorReason"], "permit2_invalid_nonce", "{again}");
+    }
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 400);
+
+    let found = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/x402/payments/eip155:31337/{PAYER}/{nonce}"),
+        )
+        .await
+        .json();
+    assert_eq!(found["success_transaction"], hash.as_str());
+    let intent = &found["payment_intent"];
+    assert_eq!(intent["amount"], "400");
+    assert_eq!(intent["metadata"]["x402_upto_ceiling"], "1000", "{intent}");
+    let id = intent["id"].as_str().unwrap().to_owned();
+    app.wait_for_state(&id, "succeeded").await;
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");
 }

@@ -127,7 +127,11 @@ async fn supported_names_each_served_chain_and_the_relayer() {
     assert_eq!(
         answer.json(),
         json!({
-            "kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:31337"}],
+            "kinds": [
+                {"x402Version": 2, "scheme": "exact", "network": "eip155:31337"},
+                {"x402Version": 2, "scheme": "upto", "network": "eip155:31337",
+                 "extra": {"facilitatorAddress": relayer}},
+            ],
             "extensions": ["payment-identifier"],
             "signers": {"eip155:*": [relayer]},
         })

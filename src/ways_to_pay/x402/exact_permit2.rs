@@ -1,7 +1,9 @@
-//! The `exact` scheme by Permit2: a client's `PermitWitnessTransferFrom`, signed for x402's exact
-//! proxy, for a token without EIP-3009 (USDT, DAI, any ERC-20 the payer approved Permit2 for).
-//! [`check`] checks it in the reference facilitator's order (`@x402/evm`'s exact facilitator,
-//! `verifyPermit2`) and answers with its `invalidReason` strings (`docs/x402.md`, "Verify").
+//! Payments by Permit2: a client's `PermitWitnessTransferFrom`, signed for one of x402's proxies,
+//! for a token without EIP-3009 (USDT, DAI, any ERC-20 the payer approved Permit2 for): the
+//! `exact` scheme (the whole amount, by anyone) or the `upto` scheme (at most the amount, charged
+//! by the facilitator the witness names). [`check`] checks it in the reference facilitator's
+//! order (`@x402/evm`'s `verifyPermit2` and `verifyUptoPermit2`) and answers with its
+//! `invalidReason` strings (`docs/x402.md`, "Permit2" and "upto").
 
 use alloy::{
     primitives::{Address, Bytes, U256},
@@ -18,7 +20,7 @@ use crate::{
         Chains,
         evm::{
             authorization::{PayerSignature, WalletAnswer, ask_wallet, signature_bytes},
-            permit2::{self, ProxyPermit, X402_EXACT_PROXY},
+            permit2::{self, ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY},
         },
         rpc::ChainError,
     },
@@ -40,7 +42,7 @@ pub struct Permit2Authorization {
     pub spender: Address,
     pub nonce: String,
     pub deadline: String,
-    pub witness: ExactWitness,
+    pub witness: ProxyWitness,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -49,10 +51,13 @@ pub struct Permitted {
     pub amount: String,
 }
 
+/// The proxy's witness: whom it pays, from when, and for `upto`, the one facilitator.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ExactWitness {
+pub struct ProxyWitness {
     pub to: Address,
+    #[serde(default)]
+    pub facilitator: Option<Address>,
     pub valid_after: String,
 }
 
@@ -96,14 +101,24 @@ pub async fn check(
     let payer = Some(a.from);
     let invalid =
         |reason, message: String| Ok(Err(VerifyResponse::invalid(reason, payer, message)));
-    if accepted.scheme != "exact" || required.scheme != "exact" {
+    let upto = required.scheme == "upto";
+    if upto && accepted.scheme != "upto" {
+        return invalid(
+            "invalid_upto_evm_scheme",
+            format!("accepted {}, required upto", accepted.scheme),
+        );
+    }
+    if !upto && (accepted.scheme != "exact" || required.scheme != "exact") {
         return invalid(
             "unsupported_payload_type",
-            "only the exact scheme is served".into(),
+            "only the exact and upto schemes are served".into(),
         );
     }
     let (chain, (endpoint, node)) = match required_chain(chains, request) {
         Ok(served) => served,
+        Err(("invalid_exact_evm_network_mismatch", why)) if upto => {
+            return invalid("invalid_upto_evm_network_mismatch", why);
+        }
         Err((reason, why)) => return invalid(reason, why),
     };
     let Ok(asset) = required.asset.parse::<Address>() else {
@@ -112,11 +127,16 @@ pub async fn check(
             "the asset is not an address".into(),
         );
     };
-    if a.spender != X402_EXACT_PROXY {
+    let (proxy, scheme) = if upto {
+        (X402_UPTO_PROXY, "upto")
+    } else {
+        (X402_EXACT_PROXY, "exact")
+    };
+    if a.spender != proxy {
         return invalid(
             "invalid_permit2_spender",
             format!(
-                "the permit's spender is {}, not x402's exact proxy {X402_EXACT_PROXY}",
+                "the permit's spender is {}, not x402's {scheme} proxy {proxy}",
                 a.spender
             ),
         );
@@ -130,6 +150,17 @@ pub async fn check(
             ),
         );
     }
+    // The upto proxy settles only for the facilitator its payer named: one of our relayer keys.
+    let facilitator = match (upto, a.witness.facilitator) {
+        (false, _) => None,
+        (true, Some(named)) if relays(chains, named) => Some(named),
+        (true, named) => {
+            return invalid(
+                "upto_facilitator_mismatch",
+                format!("the witness names {named:?} as its facilitator, not one of ours"),
+            );
+        }
+    };
     let number = |raw: &str, what: &str| {
         raw.parse::<U256>()
             .map_err(|_| format!("{what} {raw:?} is not a decimal integer"))
@@ -195,7 +226,7 @@ pub async fn check(
         nonce,
         deadline,
         valid_after,
-        facilitator: None,
+        facilitator,
     };
     let code = node
         .get_code_at(asset)
@@ -214,14 +245,14 @@ pub async fn check(
     };
     // An `eth_call` to an address without code succeeds: the proxy must be there for the
     // simulation below to say anything.
-    let proxy = node
-        .get_code_at(X402_EXACT_PROXY)
+    let code = node
+        .get_code_at(proxy)
         .await
         .map_err(|e| unavailable(&chain, e.into()))?;
-    if proxy.is_empty() {
+    if code.is_empty() {
         return invalid(
             "permit2_proxy_not_deployed",
-            format!("x402's exact proxy {X402_EXACT_PROXY} is not on {chain}"),
+            format!("x402's {scheme} proxy {proxy} is not on {chain}"),
         );
     }
     // What only the chain can say (the allowance, the balance, the nonce): the reference asks it
@@ -260,6 +291,13 @@ pub async fn check(
         permit,
         signature,
     }))
+}
+
+/// Whether `address` is one of the relayer keys this server sends with.
+fn relays(chains: &Chains, address: Address) -> bool {
+    chains
+        .relayer_keys()
+        .is_ok_and(|keys| keys.iter().any(|key| key.address() == address))
 }
 
 /// The owner's signature of the permit: its key's (65 bytes, v 27 or 28, as Permit2's `ecrecover`

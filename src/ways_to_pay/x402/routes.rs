@@ -60,6 +60,11 @@ pub struct SupportedKind {
     pub scheme: &'static str,
     /// CAIP-2, `eip155:<chain id>`.
     pub network: String,
+    /// For `upto`, `{"facilitatorAddress"}`: the relayer key a payer's witness names, the only
+    /// one x402's upto proxy lets settle it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub extra: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -70,7 +75,8 @@ pub struct SupportedResponse {
     pub signers: BTreeMap<String, Vec<String>>,
 }
 
-/// What this facilitator settles: `exact` on every served chain, x402 version 2.
+/// What this facilitator settles: `exact` on every served chain, and `upto` where a relayer key
+/// can be named as its facilitator; x402 version 2.
 #[utoipa::path(
     get,
     path = "/x402/supported",
@@ -79,22 +85,30 @@ pub struct SupportedResponse {
     responses((status = 200, description = "The kinds served and the relayer's addresses", body = SupportedResponse))
 )]
 pub async fn supported(State(chains): State<Chains>) -> Result<Json<SupportedResponse>, ApiError> {
-    let kinds = chains
-        .settings
-        .chains
-        .iter()
-        .map(|chain| SupportedKind {
-            x402_version: 2,
-            scheme: "exact",
-            network: format!("eip155:{}", chain.id),
-        })
-        .collect();
-    let relayers = chains
+    let relayers: Vec<String> = chains
         .relayer_keys()
         .map_err(|e| ApiError::Internal(e.context("RELAYER_PRIVATE_KEY was checked at start")))?
         .iter()
         .map(|key| key.address().to_checksum(None))
         .collect();
+    let mut kinds = Vec::new();
+    for chain in &chains.settings.chains {
+        let network = format!("eip155:{}", chain.id);
+        kinds.push(SupportedKind {
+            x402_version: 2,
+            scheme: "exact",
+            network: network.clone(),
+            extra: None,
+        });
+        if let Some(facilitator) = relayers.first() {
+            kinds.push(SupportedKind {
+                x402_version: 2,
+                scheme: "upto",
+                network,
+                extra: Some(serde_json::json!({ "facilitatorAddress": facilitator })),
+            });
+        }
+    }
     Ok(Json(SupportedResponse {
         kinds,
         extensions: vec![payment_identifier::EXTENSION.to_owned()],

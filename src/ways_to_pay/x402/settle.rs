@@ -70,12 +70,17 @@ pub struct SettleResponse {
     pub transaction: String,
     /// CAIP-2, as the payment named it.
     pub network: String,
+    /// What an `upto` payment charged, in the token's base units (the reference's field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amount: Option<String>,
 }
 
 /// What every answer about one payment shares.
 struct Answer {
     network: String,
     payer: Option<String>,
+    /// What an `upto` payment charges.
+    charged: Option<String>,
 }
 
 impl Answer {
@@ -87,6 +92,7 @@ impl Answer {
             payer: self.payer.clone(),
             transaction,
             network: self.network.clone(),
+            amount: self.charged.clone(),
         }
     }
 
@@ -103,6 +109,7 @@ impl Answer {
             payer: self.payer.clone(),
             transaction: transaction.unwrap_or_default(),
             network: self.network.clone(),
+            amount: None,
         }
     }
 
@@ -161,6 +168,7 @@ pub async fn settle(
     let mut answer = Answer {
         network: request.payment_payload.accepted.network.to_string(),
         payer: None,
+        charged: None,
     };
     let Some(signed) = Signed::of(&request) else {
         let why =
@@ -181,7 +189,36 @@ pub async fn settle(
         let why = "the nonce is not a decimal integer";
         return Ok(json(answer.failure("invalid_exact_evm_payload", why, None)));
     };
-    let fingerprint = signed.fingerprint(asset, &network);
+    if let Signed::Permit2(permit) = &signed
+        && request.payment_requirements.scheme == "upto"
+    {
+        let charge = request.payment_requirements.amount.clone();
+        let ceiling = &permit.permit2_authorization.permitted.amount;
+        match (charge.parse::<U256>(), ceiling.parse::<U256>()) {
+            (Ok(charge), Ok(ceiling)) if charge > ceiling => {
+                let why = format!("the charge {charge} is above the permitted {ceiling}");
+                let reason = "invalid_upto_evm_payload_settlement_exceeds_amount";
+                return Ok(json(answer.failure(reason, why, None)));
+            }
+            (Ok(charge), Ok(_)) if charge.is_zero() => {
+                // Nothing to move: the permit stays unspent, as the reference leaves it.
+                answer.charged = Some("0".to_owned());
+                let ceiling = upto_at_ceiling(&request);
+                return Ok(json(
+                    match exact_permit2::check(&chains, &ceiling).await? {
+                        Ok(_) => answer.success(String::new()),
+                        Err(refused) => answer.failure_of(refused),
+                    },
+                ));
+            }
+            (Ok(_), Ok(_)) => answer.charged = Some(charge),
+            _ => {
+                let why = "the charge or the permitted amount is not a decimal integer";
+                return Ok(json(answer.failure("invalid_exact_evm_payload", why, None)));
+            }
+        }
+    }
+    let fingerprint = signed.fingerprint(asset, &network, &request.payment_requirements.amount);
     let success_key = phases.key().map(|k| format!("{}/{k}", merchant.as_str()));
 
     let held = if phases.recovery_point() == Some(STORED) {
@@ -299,7 +336,8 @@ impl Signed {
     }
 
     /// What the payment says, hashed: the same nonce with another payload is another payment.
-    fn fingerprint(&self, asset: Address, network: &str) -> Vec<u8> {
+    /// `required` is the requirements' amount: for `upto`, what the settle charges.
+    fn fingerprint(&self, asset: Address, network: &str, required: &str) -> Vec<u8> {
         let canonical = match self {
             Self::Eip3009(p) => {
                 let a = &p.authorization;
@@ -320,6 +358,7 @@ impl Signed {
                 serde_json::json!({
                     "network": network,
                     "asset": asset.to_checksum(None),
+                    "required": required,
                     "permit2": {
                         "from": a.from.to_checksum(None),
                         "token": a.permitted.token.to_checksum(None),
@@ -328,6 +367,7 @@ impl Signed {
                         "nonce": a.nonce,
                         "deadline": a.deadline,
                         "to": a.witness.to.to_checksum(None),
+                        "facilitator": a.witness.facilitator.map(|f| f.to_checksum(None)),
                         "validAfter": a.witness.valid_after,
                     },
                     "signature": p.signature.to_ascii_lowercase(),
@@ -351,12 +391,27 @@ impl Signed {
     }
 }
 
+/// The request as an `upto` payment is checked at settle: against its ceiling, the permit's amount,
+/// since the requirements' amount is then what is charged (as the reference checks it).
+fn upto_at_ceiling(request: &Request) -> Request {
+    let mut at_ceiling = request.clone();
+    if at_ceiling.payment_requirements.scheme == "upto"
+        && let Some(Signed::Permit2(permit)) = Signed::of(request)
+    {
+        at_ceiling.payment_requirements.amount = permit.permit2_authorization.permitted.amount;
+    }
+    at_ceiling
+}
+
 /// A payment that passed every check: what its intent is and what settling it submits.
 struct Payable {
     chain: String,
     chain_id: u64,
     token: Address,
+    /// What it moves.
     amount: U256,
+    /// For `upto`, the most the payer allowed.
+    ceiling: Option<U256>,
     from: Address,
     to: Address,
     /// The first second of chain time it can no longer be paid in.
@@ -377,6 +432,7 @@ impl Payable {
             chain_id: a.chain_id,
             token: a.token,
             amount: a.value,
+            ceiling: None,
             from: a.from,
             to: a.to,
             ends_at: a.valid_before,
@@ -392,8 +448,14 @@ impl Payable {
         })
     }
 
-    fn of_permit2(checked: CheckedPermit) -> Result<Self, String> {
+    /// `charge`: what the requirements ask; for `upto`, at most the permit's amount (the settle
+    /// checked it), for `exact`, the permit's amount (the check did).
+    fn of_permit2(checked: CheckedPermit, charge: Option<U256>) -> Result<Self, String> {
         let p = &checked.permit;
+        let charged = match p.facilitator {
+            None => p.amount,
+            Some(_) => charge.ok_or("the charge is not a decimal integer")?,
+        };
         let nonce = B256::from(p.nonce);
         // Permit2's deadline is the last second it pays in.
         let ends_at = u64::try_from(p.deadline)
@@ -403,7 +465,8 @@ impl Payable {
         Ok(Self {
             chain_id: p.chain_id,
             token: p.token,
-            amount: p.amount,
+            amount: charged,
+            ceiling: p.facilitator.map(|_| p.amount),
             from: p.owner,
             to: p.to,
             ends_at,
@@ -414,7 +477,7 @@ impl Payable {
             dedupe_key: eip3009::dedupe_key(PERMIT2, p.owner, nonce),
             target: p.spender(),
             sender: p.facilitator,
-            calldata: p.settle_calldata(p.amount, checked.signature.clone()),
+            calldata: p.settle_calldata(charged, checked.signature.clone()),
             chain: checked.chain,
         })
     }
@@ -457,9 +520,12 @@ async fn store(
         Signed::Eip3009(_) => exact_evm::check(tx, chains, request)
             .await?
             .map(Payable::of_eip3009),
-        Signed::Permit2(_) => exact_permit2::check(chains, request)
-            .await?
-            .map(Payable::of_permit2),
+        Signed::Permit2(_) => {
+            let charge = request.payment_requirements.amount.parse::<U256>().ok();
+            exact_permit2::check(chains, &upto_at_ceiling(request))
+                .await?
+                .map(|checked| Payable::of_permit2(checked, charge))
+        }
     };
     let payable = match checked {
         Ok(Ok(payable)) => payable,
@@ -545,6 +611,11 @@ fn new_intent(payable: &Payable, request: &Request) -> Result<NewIntent, String>
         request.payment_requirements.network.to_string(),
     )];
     pairs.extend(resource.map(|url| ("x402_resource", url)));
+    pairs.extend(
+        payable
+            .ceiling
+            .map(|c| ("x402_upto_ceiling", c.to_string())),
+    );
     Ok(NewIntent {
         priced: Priced::InToken {
             chain: Chain::parse(&payable.chain)?,
