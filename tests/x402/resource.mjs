@@ -2,7 +2,7 @@
 // resource server in express whose facilitator is our /x402, and a paying client.
 
 import express from "express";
-import { paymentMiddleware, x402ResourceServer } from "@x402/express";
+import { paymentMiddleware, setSettlementOverrides, x402ResourceServer } from "@x402/express";
 import { HTTPFacilitatorClient } from "@x402/core/server";
 import { wrapFetchWithPayment, x402Client } from "@x402/fetch";
 import {
@@ -11,12 +11,16 @@ import {
 } from "@x402/extensions/payment-identifier";
 import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
 import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
+import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
+import { UptoEvmScheme as UptoEvmServer } from "@x402/evm/upto/server";
 import { toHex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { freePort, MERCHANT, MERCHANT_TOKEN, PAYER, PAYER_KEY, DEVNET_USD, USDC } from "../node/stack.mjs";
 
 export const NETWORK = "eip155:31337";
 export const PRICE = "10000";
+/// What `/metered` charges of its ceiling, PRICE.
+export const METERED_CHARGE = "2500";
 /// The tokens a route may cost, with the EIP-712 domain a payer signs for.
 export const TOKENS = {
   [DEVNET_USD]: { name: "Devnet USD", version: "1" },
@@ -36,11 +40,13 @@ export function facilitatorAt(url) {
 
 /// The resource server of docs/x402.md: an express app whose routes cost PRICE of a token. `facilitator`
 /// is the facilitator client it asks (default: ours at `facilitatorUrl`). With `permit2Asset`, a
-/// route `/weather-permit2` costs PRICE of that token, paid by Permit2.
+/// route `/weather-permit2` costs PRICE of that token, paid by Permit2, and `/metered` (x402's
+/// `upto`) allows at most PRICE of it and charges a quarter, what the call used.
 export async function startResource(facilitatorUrl, facilitator = facilitatorAt(facilitatorUrl), { permit2Asset } = {}) {
   const server = new x402ResourceServer(facilitator)
     .register(NETWORK, new ExactEvmServer())
     .registerExtension(paymentIdentifierResourceServerExtension);
+  if (permit2Asset) server.register(NETWORK, new UptoEvmServer());
   const route = (asset, extensions, extra = TOKENS[asset]) => ({
     accepts: { scheme: "exact", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset, extra } },
     description: "The weather, paid per call",
@@ -52,12 +58,22 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
     "GET /weather-usdc": route(USDC),
     // A route that asks its clients for a payment identifier (x402's payment-identifier extension).
     "GET /weather-identified": route(DEVNET_USD, { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }),
-    ...(permit2Asset && { "GET /weather-permit2": route(permit2Asset, undefined, { assetTransferMethod: "permit2" }) }),
+    ...(permit2Asset && {
+      "GET /weather-permit2": route(permit2Asset, undefined, { assetTransferMethod: "permit2" }),
+      "GET /metered": {
+        accepts: { scheme: "upto", network: NETWORK, payTo: MERCHANT, price: { amount: PRICE, asset: permit2Asset, extra: { assetTransferMethod: "permit2" } } },
+        description: "Tokens of a model, paid for what was used",
+      },
+    }),
   }, server));
   app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
   app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
   app.get("/weather-identified", (_req, res) => res.json({ weather: "sunny, identified" }));
   app.get("/weather-permit2", (_req, res) => res.json({ weather: "sunny, by Permit2" }));
+  app.get("/metered", (_req, res) => {
+    setSettlementOverrides(res, { amount: METERED_CHARGE });
+    res.json({ tokens: 250 });
+  });
   const port = await freePort();
   const listening = app.listen(port, "127.0.0.1");
   await new Promise((resolve) => listening.once("listening", resolve));
@@ -80,7 +96,10 @@ export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets 
     return fetch(request);
   };
   const client = x402Client.fromConfig({
-    schemes: [{ network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) }],
+    schemes: [
+      { network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) },
+      { network: NETWORK, client: new UptoEvmClient(privateKeyToAccount(key)) },
+    ],
     // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
     spendControls: {
       allowedAssets: assets.map((asset) => ({ network: NETWORK, asset, maxAmountPerPayment: PRICE })),

@@ -23,7 +23,7 @@ import {
   freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC,
 } from "../node/stack.mjs";
 import { generatePaymentId } from "@x402/extensions/payment-identifier";
-import { NETWORK, PRICE, TOKENS, facilitatorAt, startResource, payingClient, signPayment } from "./resource.mjs";
+import { METERED_CHARGE, NETWORK, PRICE, TOKENS, facilitatorAt, startResource, payingClient, signPayment } from "./resource.mjs";
 
 const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
 
@@ -250,7 +250,7 @@ async function usdtLike(wallet) {
   return contractAddress;
 }
 
-test("the reference facilitator and ours give the same reason on the same bad Permit2 payments, and ours settles a good one once", async () => {
+test("the reference facilitator and ours give the same reason on the same bad Permit2 payments; ours settles good ones once, exact and upto, for x402s own client and resource server", async () => {
   assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
   const { reference } = referenceFacilitator;
   const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
@@ -337,6 +337,16 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
     const mined = await payer.getTransactionReceipt({ hash: paid.transaction });
     assert.equal(mined.to.toLowerCase(), "0x402085c248eea27d92e8b30b2c58ed07f9e20001");
     assert.equal(await balanceOf(MERCHANT), before + 2n * BigInt(PRICE));
+
+    // upto, x402's own: the client allows PRICE, the route charges what it used, once.
+    const metered = await pay(`${server.url}/metered`);
+    assert.equal(metered.status, 200, await metered.clone().text());
+    const charged = decodePaymentResponseHeader(metered.headers.get("payment-response"));
+    assert.equal(charged.success, true, JSON.stringify(charged));
+    assert.equal(charged.amount, METERED_CHARGE);
+    const upto = await payer.getTransactionReceipt({ hash: charged.transaction });
+    assert.equal(upto.to.toLowerCase(), "0x4020a4f3b7b90cca423b9fabcc0ce57c6c240002");
+    assert.equal(await balanceOf(MERCHANT), before + 2n * BigInt(PRICE) + BigInt(METERED_CHARGE));
   } finally {
     server.close();
   }
