@@ -103,6 +103,10 @@ impl IntentRow {
     fn by_authorization(&self) -> bool {
         self.payment_method == "authorization"
     }
+
+    fn by_deposit(&self) -> bool {
+        self.payment_method == "deposit_address"
+    }
 }
 
 /// A refund as the checker needs it.
@@ -963,6 +967,59 @@ impl ChainFacts {
                 pays,
             ));
         }
+        // Permit2 logs no nonce it spends: a permit's use is x402's proxy's `Settled()`, its
+        // nonce in the call that logged it, its payment the transfer just before.
+        use payments_api::rails::evm::permit2::{
+            ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topic,
+        };
+        let settled = node
+            .get_logs(
+                &Filter::new()
+                    .from_block(0)
+                    .to_block(confirmed)
+                    .address(vec![X402_EXACT_PROXY, X402_UPTO_PROXY])
+                    .event_signature(settled_topic()),
+            )
+            .await?;
+        for log in settled {
+            use alloy::consensus::Transaction as _;
+            let (Some(tx), Some(index)) = (log.transaction_hash, log.log_index) else {
+                continue;
+            };
+            let Some(sent) = node.get_transaction_by_hash(tx).await? else {
+                continue;
+            };
+            let Some((permit, _)) =
+                ProxyPermit::of_settle_calldata(31337, log.address(), sent.input())
+            else {
+                continue;
+            };
+            let Some(((merchant, id), intent)) = by_nonce.get(&B256::from(permit.nonce).0) else {
+                continue;
+            };
+            if permit.owner.to_checksum(None) != intent.payer
+                || permit.token.to_checksum(None) != intent.token
+            {
+                continue;
+            }
+            let Some(receipt) = node.get_transaction_receipt(tx).await? else {
+                continue;
+            };
+            let pays = transfers_of(receipt.inner.logs())
+                .into_iter()
+                .filter(|(token, .., at)| *token == intent.token && *at < index)
+                .max_by_key(|(.., at)| *at)
+                .is_some_and(|(_, from, to, value, _)| {
+                    from == intent.payer && to == intent.payee && value == intent.amount
+                });
+            facts.nonce_uses.push((
+                merchant.clone(),
+                id.clone(),
+                tx.to_string(),
+                index as i32,
+                pays,
+            ));
+        }
         let cancels = node
             .get_logs(
                 &Filter::new()
@@ -1073,7 +1130,7 @@ fn paid_only_by_a_confirmed_exact_transfer(stored: &Stored, _: &Inputs) -> Row {
     let paid: Vec<&IntentRow> = stored
         .intents
         .values()
-        .filter(|i| i.settled_by.is_some() && i.by_authorization())
+        .filter(|i| i.settled_by.is_some() && !i.by_deposit())
         .collect();
     let unfounded = paid
         .iter()
@@ -1434,11 +1491,8 @@ fn every_confirmed_deposit_booked_once(stored: &Stored, _: &Inputs) -> Row {
 /// one has received less than its amount.
 fn deposit_intents_paid_by_what_arrived(stored: &Stored, _: &Inputs) -> Row {
     use alloy::primitives::U256;
-    let deposit_intents: Vec<&IntentRow> = stored
-        .intents
-        .values()
-        .filter(|i| !i.by_authorization())
-        .collect();
+    let deposit_intents: Vec<&IntentRow> =
+        stored.intents.values().filter(|i| i.by_deposit()).collect();
     let number = |raw: &str| raw.parse::<U256>().unwrap_or(U256::MAX);
     let wrong = deposit_intents
         .iter()

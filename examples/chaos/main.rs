@@ -144,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
     chain.start().await?;
     payments_api::rails::evm::devnet::set_up(&chain.url().parse()?).await?;
     depositor::fund(&chain.url()).await?;
+    x402::approve_permit2(&chain.url()).await?;
     let chain_url = chain.url();
     let chain = Arc::new(Mutex::new(chain));
     // The second chain only advances: orders pay on it while the first one is faulted.

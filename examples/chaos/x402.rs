@@ -1,5 +1,6 @@
-//! x402 payers: each signs a payment (EIP-3009, the devnet token, to the demo merchant) and settles
-//! it through `/x402/settle` the way resource servers do under faults: once under an
+//! x402 payers: each signs a payment of the devnet token to the demo merchant, in turn by EIP-3009,
+//! by Permit2 for x402's exact proxy, and by Permit2 for its upto proxy (charging part of the
+//! ceiling), and settles it through `/x402/settle` the way resource servers do under faults: once under an
 //! Idempotency-Key, retried with it until the answer is final, then replayed; beside it, unkeyed
 //! duplicates sent at once to random replicas, as concurrent requests carrying one
 //! `PAYMENT-SIGNATURE` would be. Every answer is recorded for the checker, whose invariant is that
@@ -14,7 +15,12 @@ use alloy::{
     primitives::{Address, B256, U256},
     signers::{SignerSync, local::PrivateKeySigner},
 };
-use payments_api::rails::evm::{authorization::Authorization, devnet::ANVIL_KEYS};
+use payments_api::rails::evm::{
+    authorization::Authorization,
+    devnet::ANVIL_KEYS,
+    permit2::{PERMIT2, ProxyPermit},
+    token::DevnetUSD,
+};
 use rand::Rng;
 
 use crate::client::Shared;
@@ -43,8 +49,33 @@ pub struct Settled {
     pub successes: u64,
 }
 
+/// The payer lets Permit2 move its devnet tokens, as a wallet does once per token.
+pub async fn approve_permit2(chain_url: &str) -> anyhow::Result<()> {
+    use alloy::{
+        network::{EthereumWallet, TransactionBuilder},
+        providers::{Provider, ProviderBuilder},
+        rpc::types::TransactionRequest,
+        sol_types::SolCall,
+    };
+    let payer: PrivateKeySigner = ANVIL_KEYS[1].parse()?;
+    let node = ProviderBuilder::new()
+        .wallet(EthereumWallet::from(payer))
+        .connect_http(chain_url.parse()?);
+    let call = DevnetUSD::approveCall {
+        spender: PERMIT2,
+        value: U256::MAX,
+    };
+    let request = TransactionRequest::default()
+        .with_to(TOKEN.parse()?)
+        .with_input(call.abi_encode());
+    node.send_transaction(request).await?.get_receipt().await?;
+    Ok(())
+}
+
 pub async fn run(shared: Arc<Shared>) -> Settled {
     let payer: PrivateKeySigner = ANVIL_KEYS[1].parse().expect("a key");
+    // The replicas' relayer key: the facilitator an upto payment names.
+    let relayer: PrivateKeySigner = ANVIL_KEYS[3].parse().expect("a key");
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -52,7 +83,11 @@ pub async fn run(shared: Arc<Shared>) -> Settled {
     let mut settled = Settled::default();
     while !shared.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let (nonce, body) = signed_payment(&payer);
+        let (nonce, body) = match settled.payments % 3 {
+            0 => signed_payment(&payer),
+            1 => signed_permit(&payer, None),
+            _ => signed_permit(&payer, Some(relayer.address())),
+        };
         let key = format!("x402-{nonce}");
         let keyed = settle_until_final(&shared, &http, &nonce, &body, &key);
         let duplicates = (0..DUPLICATES).map(|_| settle_once(&shared, &http, &nonce, &body, None));
@@ -115,6 +150,72 @@ fn signed_payment(payer: &PrivateKeySigner) -> (String, serde_json::Value) {
         "paymentRequirements": requirements,
     });
     (nonce.to_string(), body)
+}
+
+/// A payment by Permit2 of a random amount, signed by the payer for x402's exact proxy, or for its
+/// upto proxy naming `facilitator` (the settle then charges half the ceiling, rounded up): its
+/// nonce as the payment's key holds it, and the settle body.
+fn signed_permit(
+    payer: &PrivateKeySigner,
+    facilitator: Option<Address>,
+) -> (String, serde_json::Value) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let amount = rand::rng().random_range(2..1000u64);
+    let permit = ProxyPermit {
+        chain_id: 31337,
+        token: TOKEN.parse().expect("an address"),
+        amount: U256::from(amount),
+        owner: payer.address(),
+        to: MERCHANT_ADDRESS.parse().expect("an address"),
+        nonce: U256::from_be_bytes(rand::rng().random::<[u8; 32]>()),
+        // Generous, as for EIP-3009 above.
+        deadline: U256::from(now + 3 * 3600),
+        valid_after: U256::ZERO,
+        facilitator,
+    };
+    let signature = payer
+        .sign_hash_sync(&permit.digest())
+        .expect("signing with a local key");
+    let scheme = if facilitator.is_some() {
+        "upto"
+    } else {
+        "exact"
+    };
+    let accepted = serde_json::json!({
+        "scheme": scheme, "network": "eip155:31337", "amount": amount.to_string(), "asset": TOKEN,
+        "payTo": MERCHANT_ADDRESS, "maxTimeoutSeconds": 60,
+        "extra": {"assetTransferMethod": "permit2"},
+    });
+    let mut required = accepted.clone();
+    if facilitator.is_some() {
+        required["amount"] = serde_json::json!(amount.div_ceil(2).to_string());
+    }
+    let mut witness = serde_json::json!({"to": MERCHANT_ADDRESS, "validAfter": "0"});
+    if let Some(facilitator) = facilitator {
+        witness["facilitator"] = serde_json::json!(facilitator.to_checksum(None));
+    }
+    let body = serde_json::json!({
+        "x402Version": 2,
+        "paymentPayload": {
+            "x402Version": 2,
+            "accepted": accepted,
+            "payload": {
+                "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+                "permit2Authorization": {
+                    "from": payer.address().to_checksum(None),
+                    "permitted": {"token": TOKEN, "amount": amount.to_string()},
+                    "spender": permit.spender().to_checksum(None),
+                    "nonce": permit.nonce.to_string(),
+                    "deadline": permit.deadline.to_string(),
+                    "witness": witness,
+                },
+            },
+        },
+        "paymentRequirements": required,
+    });
+    (B256::from(permit.nonce).to_string(), body)
 }
 
 /// Settles under `key` on random replicas until the answer is final: retried on no answer, 503,
