@@ -20,12 +20,23 @@ test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE
 	cargo test --all-targets
 	bash scripts/browser-test.sh
 	bash scripts/x402-test.sh
+	bash scripts/clients-test.sh
 
 x402-test: chain-tools ## x402's own client and resource server (@x402/fetch, @x402/express) paying through our facilitator; the reference facilitator beside ours
 	bash scripts/x402-test.sh
 
 browser-test: chain-tools ## the checkout page in Debian's Chromium against the debug binary, anvil and PostgreSQL (TEST_DATABASE_URL)
 	bash scripts/browser-test.sh
+
+.PHONY: clients clients-test release-check
+clients: ## regenerate the client libraries' generated types, models and versions from openapi.json
+	bash scripts/clients-test.sh generate
+
+clients-test: chain-tools ## the TypeScript and Python clients (clients/): pinned installs, fresh generated code, both packed, both suites against the debug binary and PostgreSQL
+	bash scripts/clients-test.sh
+
+release-check: ## fail when openapi.json changed and the clients' generated code was not regenerated (make clients)
+	bash scripts/clients-test.sh check
 
 CHAIN_TOOLS := contracts/node_modules/.bin/anvil
 chain-tools: $(CHAIN_TOOLS) ## anvil, cast, solc and OpenZeppelin, pinned, from npm into contracts/

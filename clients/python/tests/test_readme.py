@@ -1,0 +1,58 @@
+"""The README's "Use it from code" Python, run as written against the suite's server and chain
+(their addresses put where the README says localhost), with the package as installed."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+from payments_api import PaymentsApi
+
+from .conftest import ROOT, until
+
+
+def readme_python() -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Use it from code")
+    section = readme[start : readme.index("\n## ", start + 5)]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block, 'a ```python block under "## Use it from code"'
+    return block.group(1)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_readme_python_runs_as_written(stack, tmp_path):
+    source = (
+        readme_python()
+        .replace("http://localhost:8080", stack.base)
+        .replace("http://localhost:8545", stack.chain)
+        .replace("9001", str(free_port()))
+    )
+    script = tmp_path / "readme.py"
+    script.write_text(source)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list = []
+    errors: list = []
+    threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True).start()
+    threading.Thread(target=lambda: errors.extend(child.stderr), daemon=True).start()
+    try:
+        def paid():
+            assert child.poll() is None, "".join(errors)
+            return next((m for m in map(re.compile(r"^payment_intent\.succeeded (pi_[0-9a-f]{24})$").match, lines) if m), None)
+
+        intent_id = until("the snippet's intent to be paid", paid, timeout=60).group(1)
+        for kind in ("created", "processing"):
+            assert f"payment_intent.{kind} {intent_id}\n" in lines
+        demo = PaymentsApi(api_key="merchant-demo", base_url=stack.base)
+        assert demo.payment_intents.retrieve(intent_id).state == "succeeded"
+    finally:
+        child.terminate()
+        child.wait(timeout=10)

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The client libraries in clients/ (TypeScript and Python, issue 51).
+#
+#   bash scripts/clients-test.sh            installs the pinned dependencies, checks the generated
+#                                           code is fresh, packs both packages (npm pack, python -m
+#                                           build), then runs both suites against the real server:
+#                                           the fault runs, webhooks, pagination, errors, and the
+#                                           README's "Use it from code" snippets (TypeScript's from
+#                                           the packed tarball, Python's from the repository path)
+#   bash scripts/clients-test.sh generate   regenerates the generated code and the packages'
+#                                           versions from openapi.json (make clients)
+#   bash scripts/clients-test.sh check      fails when openapi.json changed and the generated code
+#                                           was not regenerated (make release-check)
+#
+# Never builds the server: PAYMENTS_API_BIN, else $CARGO_TARGET_DIR/debug/payments-api
+# (CARGO_TARGET_DIR defaults to /var/tmp/payments-api-target, as in .ci/run; target/debug when
+# neither is set and only that one exists). PostgreSQL:
+# TEST_DATABASE_URL, or a container (scripts/lib/test-database.sh). CLIENTS_PYTHON: the Python
+# the virtual environment is made with (python3 by default; 3.9 or later).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-all}
+ts=clients/typescript
+py=clients/python
+started=$SECONDS
+step() { echo "==> [$((SECONDS - started))s] clients: $*"; }
+fail() { echo "clients-test: $*" >&2; exit 1; }
+
+install_typescript() {
+  # npm ci writes node_modules/.package-lock.json: a lockfile newer than it was changed since.
+  if [[ ! -f $ts/node_modules/.package-lock.json ]] || [[ $ts/package-lock.json -nt $ts/node_modules/.package-lock.json ]]; then
+    step "npm ci ($ts)"
+    npm ci --prefix "$ts" --no-audit --no-fund
+  fi
+}
+
+install_python() {
+  local venv=$py/.venv
+  if [[ ! -f $venv/.installed ]] || [[ $py/requirements-dev.txt -nt $venv/.installed ]]; then
+    step "virtual environment with the pinned requirements ($venv)"
+    "${CLIENTS_PYTHON:-python3}" -m venv --clear "$venv"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/pip" install -q --no-deps -r "$py/requirements-dev.txt"
+    "$venv/bin/pip" check
+    touch "$venv/.installed"
+  fi
+}
+
+# What `generate` writes: the generated code and the version fields it sets.
+GENERATED=("$ts/src/generated/openapi.d.ts" "$ts/package.json" "$ts/package-lock.json"
+  "$py/src/payments_api/models.py" "$py/src/payments_api/_version.py")
+
+generate() {
+  local version
+  version=$(python3 -c 'import json; print(json.load(open("openapi.json"))["info"]["version"])')
+  npm run --prefix "$ts" --silent generate >/dev/null
+  # The package is the API's version (package.json and its lockfile alike); left untouched when it
+  # is already, so the lockfile keeps its time (install_typescript compares it).
+  if [[ $(node -p "require('./$ts/package.json').version") != "$version" ]]; then
+    npm version --prefix "$ts" "$version" --no-git-tag-version >/dev/null
+  fi
+  # Options in clients/python/pyproject.toml, [tool.datamodel-codegen].
+  (cd "$py" && .venv/bin/datamodel-codegen)
+  printf '# generated from openapi.json (info.version) by `make clients`\n__version__ = "%s"\n' "$version" \
+    >"$py/src/payments_api/_version.py"
+}
+
+check() {
+  local saved stale=0 file
+  saved=$(mktemp -d)
+  for file in "${GENERATED[@]}"; do mkdir -p "$saved/$(dirname "$file")" && cp -p "$file" "$saved/$file"; done
+  generate
+  for file in "${GENERATED[@]}"; do
+    if ! cmp -s "$file" "$saved/$file"; then
+      echo "clients-test: $file is not what openapi.json generates:" >&2
+      diff -u "$saved/$file" "$file" | head -20 >&2 || true
+      stale=1
+    fi
+    # Back as it was, its time included: make and the install checks compare times.
+    cp -p "$saved/$file" "$file"
+  done
+  rm -rf "$saved"
+  ((stale == 0)) || fail "the generated code is stale: run \`make clients\` and commit what it changes"
+  echo "clients-test: the generated code and versions are what openapi.json $(python3 -c 'import json; print(json.load(open("openapi.json"))["info"]["version"])') generates"
+}
+
+case $mode in
+  generate)
+    install_typescript
+    install_python
+    generate
+    exit 0
+    ;;
+  check)
+    install_typescript
+    install_python
+    check
+    exit 0
+    ;;
+  all) ;;
+  *) fail "usage: bash scripts/clients-test.sh [generate|check]" ;;
+esac
+
+binary=${PAYMENTS_API_BIN:-${CARGO_TARGET_DIR:-/var/tmp/payments-api-target}/debug/payments-api}
+# A checkout built without CARGO_TARGET_DIR has its binary under target/.
+if [[ -z ${PAYMENTS_API_BIN:-} && -z ${CARGO_TARGET_DIR:-} && ! -x $binary && -x target/debug/payments-api ]]; then
+  binary=target/debug/payments-api
+fi
+[[ -x $binary ]] || fail "no server binary at $binary: build it (cargo build --bin payments-api) or set PAYMENTS_API_BIN; this script never builds"
+export PAYMENTS_API_BIN=$(realpath "$binary")
+if [[ ! -x contracts/node_modules/.bin/anvil ]]; then
+  step "the pinned chain tools (make chain-tools)"
+  make chain-tools
+fi
+
+install_typescript
+install_python
+step "generated code is fresh"
+check
+step "TypeScript declarations (tsc)"
+npm run --prefix "$ts" --silent typecheck
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+step "npm pack; the packed package installed where the README's snippet runs"
+tarball=$(cd "$ts" && npm pack --silent --pack-destination "$scratch")
+tar -tzf "$scratch/$tarball" | grep -x 'package/src/generated/openapi.d.ts' >/dev/null || fail "$tarball lacks the generated types"
+consumer=$PWD/$ts/.consumer
+rm -rf "$consumer" && mkdir -p "$consumer"
+echo '{"private": true, "type": "module"}' >"$consumer/package.json"
+npm install --prefix "$consumer" --no-audit --no-fund --prefer-offline --silent "$scratch/$tarball"
+step "python -m build; the package installed from the repository path, as its README says"
+"$py/.venv/bin/python" -m build --no-isolation --outdir "$scratch/python" "$py" >/dev/null
+wheel=$(ls "$scratch"/python/payments_api_client-*.whl)
+ls "$scratch"/python/payments_api_client-*.tar.gz >/dev/null
+for file in payments_api/models.py payments_api/py.typed payments_api/_version.py; do
+  "$py/.venv/bin/python" -m zipfile -l "$wheel" | grep "^$file " >/dev/null || fail "$(basename "$wheel") lacks $file"
+done
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$py/.venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "./$py"
+echo "clients-test: packed $tarball and $(basename "$wheel")"
+
+# The PostgreSQL server the other suites use: TEST_DATABASE_URL, or a container.
+source scripts/lib/test-database.sh
+# Both suites name their databases clients_<run>_<ms> (tests/node/stack.mjs); drop this run's and
+# those of runs whose shell is gone, beside what test-database.sh cleans up.
+clients_drop_databases() {
+  local name pid
+  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^clients_run[0-9]+_[0-9]+$'" 2>/dev/null |
+    while read -r name; do
+      [[ -n $name ]] || continue
+      pid=${name#clients_run}
+      pid=${pid%%_*}
+      if [[ run$pid == "$NODE_SUITE_RUN" ]] || ! kill -0 "$pid" 2>/dev/null; then
+        node_suite_psql -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null 2>&1 || true
+      fi
+    done
+}
+trap 'clients_drop_databases; node_suite_clean_up; rm -rf "$scratch"' EXIT
+clients_drop_databases
+
+step "TypeScript suite"
+(cd "$ts" && CLIENTS_TS_CONSUMER=$consumer node --test --test-concurrency=1 --test-reporter=spec test/errors.test.mjs test/api.test.mjs)
+step "Python suite"
+(cd "$py" && .venv/bin/python -m pytest -p no:cacheprovider -q tests)
+step "done"
