@@ -280,6 +280,11 @@ impl IntoResponse for ApiError {
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             }
+            // The body was not read to its end: the connection cannot carry another request, and
+            // a client that pools connections must hear so rather than send its next call on it.
+            Self::PayloadTooLarge { .. } | Self::BodyTimeout { .. } => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             _ if status == StatusCode::SERVICE_UNAVAILABLE => {
                 headers.insert(
                     header::RETRY_AFTER,

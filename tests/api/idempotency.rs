@@ -333,6 +333,8 @@ async fn oversized_bodies_get_413_and_store_nothing() {
     let answer = app.create_intent(DEMO_TOKEN, Some("big-1"), &padded).await;
     assert_eq!(answer.status, 413);
     assert_eq!(answer.json()["error"], "payload_too_large");
+    // Its body unread, the connection ends, and says so to a client that pools connections.
+    assert_eq!(answer.headers["connection"], "close");
     assert!(app.key_record(DEMO_MERCHANT, "big-1").await.is_none());
 
     // Chunked, so no Content-Length announces it: the limit still holds while reading.
