@@ -235,34 +235,48 @@ impl ProxyPermit {
     /// if `calldata` is one.
     pub fn of_settle_calldata(chain_id: u64, to: Address, calldata: &[u8]) -> Option<(Self, U256)> {
         use alloy::sol_types::SolCall;
+        // The fields both proxies' calls carry alike.
+        let permit = |token, amount, nonce, deadline, owner, to, valid_after, facilitator| Self {
+            chain_id,
+            token,
+            amount,
+            owner,
+            to,
+            nonce,
+            deadline,
+            valid_after,
+            facilitator,
+        };
         if to == X402_EXACT_PROXY {
-            let call = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
-            let permit = Self {
-                chain_id,
-                token: call.permit.permitted.token,
-                amount: call.permit.permitted.amount,
-                owner: call.owner,
-                to: call.witness.to,
-                nonce: call.permit.nonce,
-                deadline: call.permit.deadline,
-                valid_after: call.witness.validAfter,
-                facilitator: None,
-            };
-            Some((permit, call.permit.permitted.amount))
+            let c = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
+            let (p, w) = (c.permit, c.witness);
+            let amount = p.permitted.amount;
+            let permit = permit(
+                p.permitted.token,
+                amount,
+                p.nonce,
+                p.deadline,
+                c.owner,
+                w.to,
+                w.validAfter,
+                None,
+            );
+            Some((permit, amount))
         } else if to == X402_UPTO_PROXY {
-            let call = X402UptoPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
-            let permit = Self {
-                chain_id,
-                token: call.permit.permitted.token,
-                amount: call.permit.permitted.amount,
-                owner: call.owner,
-                to: call.witness.to,
-                nonce: call.permit.nonce,
-                deadline: call.permit.deadline,
-                valid_after: call.witness.validAfter,
-                facilitator: Some(call.witness.facilitator),
-            };
-            Some((permit, call.amount))
+            let c = X402UptoPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
+            let (p, w) = (c.permit, c.witness);
+            let facilitator = Some(w.facilitator);
+            let permit = permit(
+                p.permitted.token,
+                p.permitted.amount,
+                p.nonce,
+                p.deadline,
+                c.owner,
+                w.to,
+                w.validAfter,
+                facilitator,
+            );
+            Some((permit, c.amount))
         } else {
             None
         }
