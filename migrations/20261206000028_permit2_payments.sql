@@ -29,3 +29,8 @@ ALTER TABLE chain_observations ADD CONSTRAINT chain_observations_kind
 -- A submission only one key may send (docs/x402.md, "upto"): x402's upto proxy settles only for
 -- the facilitator its payer named. NULL: any relayer key of the chain.
 ALTER TABLE chain_submissions ADD COLUMN sender text;
+
+-- EIP-3009 nonces are a token's, Permit2's the owner's: the same bytes in both are two nonces.
+DROP INDEX payment_intents_chain_nonce;
+CREATE UNIQUE INDEX payment_intents_chain_nonce
+    ON payment_intents (chain_nonce, chain, token, payer, payment_method);

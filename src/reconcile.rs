@@ -390,9 +390,9 @@ async fn on_chain(
     Ok(moved)
 }
 
-/// Payments by Permit2 (`docs/x402.md`, "Permit2"): each paid intent's transaction must hold
-/// x402's exact proxy's `Settled()` right after a `Transfer` of its amount of its token from its
-/// payer to its payee. Booked under the `Settled()` log, as the watch saw it.
+/// Payments by Permit2 (`docs/x402.md`, "Permit2"): each paid intent's transaction must hold one
+/// of x402's proxies' `Settled()` (or `SettledWithPermit()`) right after a `Transfer` of its amount
+/// of its token from its payer to its payee. Booked under that log, as the watch saw it.
 async fn permit2_payments(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
@@ -401,7 +401,7 @@ async fn permit2_payments(
     moved: &mut Movements,
     unrelated: &mut std::collections::BTreeSet<(B256, u64)>,
 ) -> anyhow::Result<()> {
-    let settled_topic = permit2::settled_topic();
+    let settled_topics = permit2::settled_topics();
     for intent in intents::repo::settled_permits_on(conn, &chain.name).await? {
         let settlement = &intent.settlement.0;
         if settlement.block_number > confirmed {
@@ -417,7 +417,10 @@ async fn permit2_payments(
         for log in receipt.inner.logs() {
             let Some(index) = log.log_index else { continue };
             if [permit2::X402_EXACT_PROXY, permit2::X402_UPTO_PROXY].contains(&log.address())
-                && log.topics().first() == Some(&settled_topic)
+                && log
+                    .topics()
+                    .first()
+                    .is_some_and(|t| settled_topics.contains(t))
             {
                 if let Some((transfer_index, sent)) = last_transfer.take()
                     && sent
@@ -525,6 +528,7 @@ async fn authorized_before(
             &token,
             &used.authorizer.to_checksum(None),
             nonce,
+            intents::repo::NonceSpace::Eip3009,
         )
         .await?
         .map(|intent| Authorized {

@@ -970,7 +970,7 @@ impl ChainFacts {
         // Permit2 logs no nonce it spends: a permit's use is x402's proxy's `Settled()`, its
         // nonce in the call that logged it, its payment the transfer just before.
         use payments_api::rails::evm::permit2::{
-            ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topic,
+            ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topics,
         };
         let settled = node
             .get_logs(
@@ -978,7 +978,7 @@ impl ChainFacts {
                     .from_block(0)
                     .to_block(confirmed)
                     .address(vec![X402_EXACT_PROXY, X402_UPTO_PROXY])
-                    .event_signature(settled_topic()),
+                    .event_signature(settled_topics().to_vec()),
             )
             .await?;
         for log in settled {

@@ -129,13 +129,15 @@ impl NonceUse {
         authorizer: String,
         transfer: Option<Transfer>,
     ) -> Self {
-        let pays_intent = transfer.as_ref().is_some_and(|t| {
-            t.moves(
-                intent.payer.as_deref().unwrap_or_default(),
-                &intent.payee,
-                &intent.amount,
-            )
-        });
+        // Its token too: a Permit2 nonce may be used on another token than the intent's.
+        let pays_intent = intent.token.as_deref() == Some(token.as_str())
+            && transfer.as_ref().is_some_and(|t| {
+                t.moves(
+                    intent.payer.as_deref().unwrap_or_default(),
+                    &intent.payee,
+                    &intent.amount,
+                )
+            });
         Self {
             merchant_id: intent.merchant_id,
             intent_id: intent.id,

@@ -443,6 +443,8 @@ pub async fn deposit_tokens_on(
 pub struct NonceOwner {
     pub merchant_id: String,
     pub id: String,
+    /// The token it is paid in: for a Permit2 nonce, not necessarily the one that used it.
+    pub token: Option<String>,
     pub payer: Option<String>,
     pub payee: String,
     pub amount: String,
@@ -452,30 +454,42 @@ pub struct NonceOwner {
     pub option_id: Option<String>,
 }
 
-/// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain`, in any state:
-/// an intent naming them, else an order with an authorization option on that chain and token (the
-/// order's nonce is every option's). A nonce belongs to its authorizer: another address using the
-/// same bytes is no intent of ours. The one lookup of an intent by what the chain shows (the
-/// payment watch, x402, reconcile).
+/// Whose nonces a lookup means: a token's EIP-3009 nonces, or Permit2's, which are the owner's
+/// across every token. The same bytes in the two are two nonces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonceSpace {
+    Eip3009,
+    Permit2,
+}
+
+/// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain` in `space`, in
+/// any state: an intent naming them, else an order with an authorization option on that chain and
+/// token (the order's nonce is every option's). A nonce belongs to its authorizer: another address
+/// using the same bytes is no intent of ours. A Permit2 nonce is the owner's on every token: its
+/// intent is found whatever token used it. The one lookup of an intent by what the chain shows
+/// (the payment watches, x402, reconcile).
 pub async fn by_chain_nonce(
     conn: &mut PgConnection,
     chain: &str,
     token: &str,
     authorizer: &str,
     nonce: &[u8],
+    space: NonceSpace,
 ) -> Result<Option<NonceOwner>, sqlx::Error> {
+    let permit2 = space == NonceSpace::Permit2;
     sqlx::query_as!(
         NonceOwner,
-        r#"SELECT merchant_id AS "merchant_id!", id AS "id!", payer, payee AS "payee!",
+        r#"SELECT merchant_id AS "merchant_id!", id AS "id!", token, payer, payee AS "payee!",
                   amount AS "amount!", option_id
-             FROM (SELECT 0 AS rank, merchant_id, id, payer, payee, amount::text AS amount,
+             FROM (SELECT 0 AS rank, merchant_id, id, token, payer, payee, amount::text AS amount,
                           NULL::text AS option_id
                      FROM payment_intents
-                    WHERE chain_nonce = $1 AND chain = $2 AND token = $3 AND payer = $4
+                    WHERE chain_nonce = $1 AND chain = $2 AND ($5 OR token = $3) AND payer = $4
+                      AND (payment_method IS NOT DISTINCT FROM 'permit2') = $5
                    UNION ALL
-                   SELECT 1, p.merchant_id, p.id, $4, p.payee, o->>'amount', o->>'id'
+                   SELECT 1, p.merchant_id, p.id, o->>'token', $4, p.payee, o->>'amount', o->>'id'
                      FROM payment_intents p, jsonb_array_elements(p.payment_options) AS o
-                    WHERE p.chain_nonce = $1 AND p.currency IS NOT NULL
+                    WHERE NOT $5 AND p.chain_nonce = $1 AND p.currency IS NOT NULL
                       AND o->>'chain' = $2 AND o->>'token' = $3
                       AND o->>'payment_method' = 'authorization') AS owners
             ORDER BY rank
@@ -484,6 +498,7 @@ pub async fn by_chain_nonce(
         chain,
         token,
         authorizer,
+        permit2,
     )
     .fetch_optional(conn)
     .await

@@ -412,3 +412,69 @@ async fn an_upto_payment_charges_what_was_used_once_and_its_intent_keeps_the_cei
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");
 }
+
+/// Anyone may settle a stored permit before our relayer does, and through the exact proxy's other
+/// door, `settleWithPermit`, whose EIP-2612 permit may be junk: the payment is made all the same,
+/// and is seen, booked and answered as ours.
+#[tokio::test]
+async fn a_permit_settled_by_someone_else_through_settle_with_permit_is_seen_and_answered() {
+    let anvil = Anvil::start().await;
+    // No relayer: the payment is stored and queued, and nothing here sends it.
+    let app = crate::helpers::chain::app_on_with(&anvil, 1, false, |s| {
+        s.request_timeout = std::time::Duration::from_secs(3)
+    })
+    .await;
+    let token = usdt_like_approved(&anvil);
+    let nonce = fastrand::u64(..).to_string();
+    let body = permit2_payment(&anvil, &token, "1000", &nonce).await;
+    let settle = || async {
+        let answer = app
+            .post_as(DEMO_TOKEN, "/x402/settle", None, &body.to_string())
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        answer.json()
+    };
+    let pending = settle().await;
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+
+    let a = &body["paymentPayload"]["payload"]["permit2Authorization"];
+    let permit = format!(
+        "(({token},1000),{nonce},{})",
+        a["deadline"].as_str().unwrap()
+    );
+    let witness = format!("({PAYEE},{})", a["witness"]["validAfter"].as_str().unwrap());
+    let signature = body["paymentPayload"]["payload"]["signature"]
+        .as_str()
+        .unwrap();
+    let junk_2612 = format!("(1000,1,0x{},0x{},27)", "11".repeat(32), "22".repeat(32));
+    let before = anvil.balance_of(&token, PAYEE);
+    anvil
+        .try_cast(&[
+            "send",
+            "--private-key",
+            PAYER_KEY,
+            &X402_EXACT_PROXY.to_string(),
+            "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
+            &junk_2612,
+            &permit,
+            PAYER,
+            &witness,
+            signature,
+        ])
+        .expect("the proxy settles with a permit that fails");
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 1000);
+
+    let found = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/x402/payments/eip155:31337/{PAYER}/{nonce}"),
+        )
+        .await
+        .json();
+    let id = found["payment_intent"]["id"].as_str().unwrap().to_owned();
+    app.wait_for_state(&id, "succeeded").await;
+    let answer = settle().await;
+    assert_eq!(answer["success"], true, "{answer}");
+    let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{report}");
+}

@@ -247,46 +247,64 @@ impl ProxyPermit {
             valid_after,
             facilitator,
         };
+        // `settle`, or `settleWithPermit` (an EIP-2612 permit first, which anyone may send with a
+        // permit that fails: the payment is made all the same).
         if to == X402_EXACT_PROXY {
-            let c = X402ExactPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
-            let (p, w) = (c.permit, c.witness);
+            use X402ExactPermit2Proxy::{settleCall, settleWithPermitCall};
+            let (p, owner, w) = match settleCall::abi_decode(calldata) {
+                Ok(c) => (c.permit, c.owner, c.witness),
+                Err(_) => {
+                    let c = settleWithPermitCall::abi_decode(calldata).ok()?;
+                    (c.permit, c.owner, c.witness)
+                }
+            };
             let amount = p.permitted.amount;
             let permit = permit(
                 p.permitted.token,
                 amount,
                 p.nonce,
                 p.deadline,
-                c.owner,
+                owner,
                 w.to,
                 w.validAfter,
                 None,
             );
             Some((permit, amount))
         } else if to == X402_UPTO_PROXY {
-            let c = X402UptoPermit2Proxy::settleCall::abi_decode(calldata).ok()?;
-            let (p, w) = (c.permit, c.witness);
+            use X402UptoPermit2Proxy::{settleCall, settleWithPermitCall};
+            let (p, charged, owner, w) = match settleCall::abi_decode(calldata) {
+                Ok(c) => (c.permit, c.amount, c.owner, c.witness),
+                Err(_) => {
+                    let c = settleWithPermitCall::abi_decode(calldata).ok()?;
+                    (c.permit, c.amount, c.owner, c.witness)
+                }
+            };
             let facilitator = Some(w.facilitator);
             let permit = permit(
                 p.permitted.token,
                 p.permitted.amount,
                 p.nonce,
                 p.deadline,
-                c.owner,
+                owner,
                 w.to,
                 w.validAfter,
                 facilitator,
             );
-            Some((permit, c.amount))
+            Some((permit, charged))
         } else {
             None
         }
     }
 }
 
-/// Both proxies' `Settled()`, which each logs after each transfer it makes.
-pub fn settled_topic() -> B256 {
+/// What both proxies log after each transfer they make: `Settled()`, or `SettledWithPermit()`
+/// after `settleWithPermit`.
+pub fn settled_topics() -> [B256; 2] {
     use alloy::sol_types::SolEvent;
-    X402ExactPermit2Proxy::Settled::SIGNATURE_HASH
+    [
+        X402ExactPermit2Proxy::Settled::SIGNATURE_HASH,
+        X402ExactPermit2Proxy::SettledWithPermit::SIGNATURE_HASH,
+    ]
 }
 
 /// What Permit2 (`PermitErrors`, `SignatureVerification`) and x402's proxies revert with, by
@@ -299,7 +317,6 @@ mod errors {
         error InvalidSigner();
         error InvalidSignatureLength();
         error InvalidContractSignature();
-        error PaymentTooEarly();
     }
 }
 

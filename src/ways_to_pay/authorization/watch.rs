@@ -80,6 +80,7 @@ impl Watch for PaymentWatch {
             &token,
             &authorizer.to_checksum(None),
             nonce.as_slice(),
+            repo::NonceSpace::Eip3009,
         )
         .await?;
         let Some(intent) = intent else {

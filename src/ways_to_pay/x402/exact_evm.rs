@@ -372,6 +372,7 @@ async fn held_already(
         &token.to_checksum(None),
         &authorizer.to_checksum(None),
         nonce.as_slice(),
+        crate::intents::repo::NonceSpace::Eip3009,
     )
     .await?;
     Ok(owner.is_some())

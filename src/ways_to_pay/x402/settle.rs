@@ -195,21 +195,21 @@ pub async fn settle(
         let charge = request.payment_requirements.amount.clone();
         let ceiling = &permit.permit2_authorization.permitted.amount;
         match (charge.parse::<U256>(), ceiling.parse::<U256>()) {
-            (Ok(charge), Ok(ceiling)) if charge > ceiling => {
+            (Ok(charge), Ok(ceiling)) if charge > ceiling || charge.is_zero() => {
+                // Checked first, as the reference checks it: a bad permit is refused for what is
+                // wrong with it whatever it is asked to charge.
+                let at_ceiling = upto_at_ceiling(&request);
+                if let Err(refused) = exact_permit2::check(&chains, &at_ceiling).await? {
+                    return Ok(json(answer.failure_of(refused)));
+                }
+                if charge.is_zero() {
+                    // Nothing to move: the permit stays unspent, as the reference leaves it.
+                    answer.charged = Some("0".to_owned());
+                    return Ok(json(answer.success(String::new())));
+                }
                 let why = format!("the charge {charge} is above the permitted {ceiling}");
                 let reason = "invalid_upto_evm_payload_settlement_exceeds_amount";
                 return Ok(json(answer.failure(reason, why, None)));
-            }
-            (Ok(charge), Ok(_)) if charge.is_zero() => {
-                // Nothing to move: the permit stays unspent, as the reference leaves it.
-                answer.charged = Some("0".to_owned());
-                let ceiling = upto_at_ceiling(&request);
-                return Ok(json(
-                    match exact_permit2::check(&chains, &ceiling).await? {
-                        Ok(_) => answer.success(String::new()),
-                        Err(refused) => answer.failure_of(refused),
-                    },
-                ));
             }
             (Ok(_), Ok(_)) => answer.charged = Some(charge),
             _ => {
@@ -295,6 +295,8 @@ enum Signed {
 struct Reasons {
     nonce_used: &'static str,
     expired: &'static str,
+    /// Neither: the transfer could not be made.
+    failed: &'static str,
 }
 
 impl Signed {
@@ -382,10 +384,16 @@ impl Signed {
             Self::Eip3009(_) => Reasons {
                 nonce_used: "invalid_exact_evm_nonce_already_used",
                 expired: "invalid_exact_evm_payload_authorization_valid_before",
+                failed: "invalid_exact_evm_transaction_failed",
             },
-            Self::Permit2(_) => Reasons {
+            Self::Permit2(p) => Reasons {
                 nonce_used: "permit2_invalid_nonce",
                 expired: "permit2_deadline_expired",
+                failed: if p.permit2_authorization.witness.facilitator.is_some() {
+                    "invalid_upto_evm_transaction_failed"
+                } else {
+                    "invalid_exact_evm_transaction_failed"
+                },
             },
         }
     }
@@ -746,7 +754,7 @@ async fn await_transfer(
                         FailureReason::NonceUsedOtherwise | FailureReason::AuthorizationCanceled,
                     ) => reasons.nonce_used,
                     // Expired while the token refused it: the transfer could not be made.
-                    None => "invalid_exact_evm_transaction_failed",
+                    None => reasons.failed,
                 };
                 let message = format!("the payment will not be made: {failure}");
                 return Ok(Transfer::Failed { reason, message });

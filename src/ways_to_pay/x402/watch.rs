@@ -1,6 +1,6 @@
 //! The watch of x402 payments by Permit2 (`docs/x402.md`, "Permit2"): Permit2 logs nothing of a
-//! nonce it spends, so the watch looks for the exact proxy's `Settled()`, reads the permit from the
-//! call that logged it, and the transfer the proxy made just before. A permit of an intent of ours
+//! nonce it spends, so the watch looks for x402's proxies' `Settled()` and `SettledWithPermit()`,
+//! reads the permit from the call that logged it, and the transfer the proxy made just before. A permit of an intent of ours
 //! is then what an EIP-3009 nonce use is (`intents::payment::apply_nonce_use`): the intent
 //! succeeds if the transfer paid it, and is booked.
 
@@ -18,7 +18,7 @@ use crate::{
     rails::{
         eip3009::Transfer,
         evm::{
-            permit2::{ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topic},
+            permit2::{ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY, settled_topics},
             token::Eip3009,
         },
         follower::{
@@ -60,7 +60,7 @@ impl Watch for Permit2Watch {
     ) -> Result<Interest, sqlx::Error> {
         Ok(Interest {
             addresses: vec![X402_EXACT_PROXY, X402_UPTO_PROXY],
-            events: vec![settled_topic()],
+            events: settled_topics().to_vec(),
             sent_to: Vec::new(),
         })
     }
@@ -74,7 +74,10 @@ impl Watch for Permit2Watch {
     ) -> Result<Option<Observed>, FollowError> {
         let proxy = log.address();
         if ![X402_EXACT_PROXY, X402_UPTO_PROXY].contains(&proxy)
-            || log.topics().first() != Some(&settled_topic())
+            || !log
+                .topics()
+                .first()
+                .is_some_and(|t| settled_topics().contains(t))
         {
             return Ok(None);
         }
@@ -100,8 +103,15 @@ impl Watch for Permit2Watch {
             permit.owner.to_checksum(None),
         );
         let nonce = alloy::primitives::B256::from(permit.nonce);
-        let Some(intent) =
-            repo::by_chain_nonce(conn, &chain.name, &token, &owner, nonce.as_slice()).await?
+        let Some(intent) = repo::by_chain_nonce(
+            conn,
+            &chain.name,
+            &token,
+            &owner,
+            nonce.as_slice(),
+            repo::NonceSpace::Permit2,
+        )
+        .await?
         else {
             return Ok(None);
         };
