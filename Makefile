@@ -25,7 +25,7 @@ test: chain-tools ## all tests; PostgreSQL from testcontainers (or TEST_DATABASE
 x402-test: chain-tools ## x402's own client and resource server (@x402/fetch, @x402/express) paying through our facilitator; the reference facilitator beside ours
 	bash scripts/x402-test.sh
 
-browser-test: chain-tools ## the checkout page in Debian's Chromium against the debug binary, anvil and PostgreSQL (TEST_DATABASE_URL)
+browser-test: chain-tools ## the checkout page and the dashboard in Debian's Chromium against the debug binary, anvil and PostgreSQL (TEST_DATABASE_URL)
 	bash scripts/browser-test.sh
 
 .PHONY: clients clients-test release-check

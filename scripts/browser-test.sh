@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The checkout page in Debian's Chromium (docs/checkout.md): builds the debug binary (which
-# `cargo test` has already built), installs the pinned playwright-core and axe-core into
-# tests/browser/, runs tests/browser/checkout.test.mjs.
+# The checkout page and the dashboard in Debian's Chromium (docs/checkout.md, docs/dashboard.md):
+# builds the debug binary (which `cargo test` has already built), installs the pinned
+# playwright-core and axe-core into tests/browser/, runs tests/browser/*.test.mjs.
 # Without a Chromium the tests are skipped with a warning, unless BROWSER_TESTS_REQUIRED=1 (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +23,4 @@ export PAYMENTS_API_BIN=$target/debug/payments-api CHROMIUM=$chromium
 # The PostgreSQL server the Rust tests use: TEST_DATABASE_URL, or a container.
 source scripts/lib/test-database.sh
 cd tests/browser
-node --test --test-concurrency=1 --test-reporter=spec checkout.test.mjs
+node --test --test-concurrency=1 --test-reporter=spec checkout.test.mjs dashboard.test.mjs

@@ -8,7 +8,14 @@ target=$(rustc -vV | sed -n 's/^host: //p')
 features() {
   cargo tree --locked --target "$target" --prefix none -f '{p}|{f}' -e "$1" | sed 's/ (\*)//g' | sort -u
 }
-python3 - <(features normal,build) <(features normal,build,dev) <<'PY'
+# One after the other into files: two `cargo tree`s at once wait on Cargo's package-cache lock, and
+# one holding it can block on a full pipe that the reader has not started on yet.
+server_units=$(mktemp)
+test_units=$(mktemp)
+trap 'rm -f "$server_units" "$test_units"' EXIT
+features normal,build >"$server_units"
+features normal,build,dev >"$test_units"
+python3 - "$server_units" "$test_units" <<'PY'
 import sys
 # Each line is one compiled unit: a crate with a set of features (a crate built for proc-macros and
 # build scripts may have other features than the same crate in the binary). The server's build

@@ -19,7 +19,8 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use crate::{
-    db::{Failure, Pool},
+    audit::{self, Who},
+    db::{Failure, OpenTransaction, Pool},
     error::ApiError,
     idempotency::Scope,
     workers::Outage,
@@ -240,8 +241,20 @@ impl Bootstrap {
 const TOKEN_PREFIX: &str = "sk_live_";
 
 /// A new random token (256 bits) for a merchant; only its hash is stored, with its prefix
-/// (`sk_live_` and 8 hex digits) to name it by.
-pub async fn create(pool: &Pool, merchant: &MerchantId) -> anyhow::Result<String> {
+/// (`sk_live_` and 8 hex digits) to name it by. `who` made it (the audit log's line).
+pub async fn create(pool: &Pool, merchant: &MerchantId, who: &Who) -> anyhow::Result<String> {
+    let mut tx = OpenTransaction::begin_on_pool(pool).await?;
+    let token = insert_new(&mut tx, merchant, who, "api_key.create").await?;
+    tx.commit().await.map_err(ApiError::from)?;
+    Ok(token)
+}
+
+async fn insert_new(
+    conn: &mut sqlx::PgConnection,
+    merchant: &MerchantId,
+    who: &Who,
+    action: &str,
+) -> Result<String, sqlx::Error> {
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
     let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
@@ -252,8 +265,9 @@ pub async fn create(pool: &Pool, merchant: &MerchantId) -> anyhow::Result<String
         &token_hash(&token)[..],
         prefix,
     )
-    .execute(&mut *pool.acquire().await?)
+    .execute(&mut *conn)
     .await?;
+    audit::record(conn, merchant.as_str(), who, action, Some(prefix)).await?;
     Ok(token)
 }
 
@@ -280,16 +294,29 @@ pub async fn list(pool: &Pool, merchant: &MerchantId) -> Result<Vec<KeySummary>,
     .await
 }
 
-/// Revokes the live key named by `prefix`: it stops working on every replica within a second.
-pub async fn revoke(pool: &Pool, prefix: &str) -> anyhow::Result<()> {
-    let revoked = sqlx::query!(
-        "UPDATE api_keys SET revoked_at = now() WHERE prefix = $1 AND revoked_at IS NULL",
+/// Revokes the live key named by `prefix`, of `merchant` if one is given (the CLI's operator may
+/// name any merchant's): it stops working on every replica within a second.
+pub async fn revoke(
+    pool: &Pool,
+    merchant: Option<&MerchantId>,
+    prefix: &str,
+    who: &Who,
+) -> anyhow::Result<()> {
+    let mut tx = OpenTransaction::begin_on_pool(pool).await?;
+    let revoked = sqlx::query_scalar!(
+        "UPDATE api_keys SET revoked_at = now()
+          WHERE prefix = $1 AND revoked_at IS NULL AND ($2::text IS NULL OR merchant_id = $2)
+         RETURNING merchant_id",
         prefix,
+        merchant.map(MerchantId::as_str),
     )
-    .execute(&mut *pool.acquire().await?)
-    .await?
-    .rows_affected();
-    anyhow::ensure!(revoked == 1, "no live key has the prefix {prefix:?}");
+    .fetch_all(&mut *tx)
+    .await?;
+    let [owner] = &revoked[..] else {
+        anyhow::bail!("no live key has the prefix {prefix:?}");
+    };
+    audit::record(&mut tx, owner, who, "api_key.revoke", Some(prefix)).await?;
+    tx.commit().await.map_err(ApiError::from)?;
     Ok(())
 }
 
@@ -299,8 +326,10 @@ pub async fn rotate(
     pool: &Pool,
     merchant: &MerchantId,
     old_expires_in: Duration,
+    who: &Who,
 ) -> anyhow::Result<String> {
-    let token = create(pool, merchant).await?;
+    let mut tx = OpenTransaction::begin_on_pool(pool).await?;
+    let token = insert_new(&mut tx, merchant, who, "api_key.rotate").await?;
     let prefix = &token[..TOKEN_PREFIX.len() + 8];
     sqlx::query!(
         "UPDATE api_keys
@@ -310,8 +339,9 @@ pub async fn rotate(
         prefix,
         old_expires_in.as_secs_f64(),
     )
-    .execute(&mut *pool.acquire().await?)
+    .execute(&mut *tx)
     .await?;
+    tx.commit().await.map_err(ApiError::from)?;
     Ok(token)
 }
 

@@ -34,6 +34,9 @@ pub enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     ApiKeys(ApiKeysCommand),
+    /// The people who sign in to a merchant's dashboard (`docs/dashboard.md`).
+    #[command(subcommand)]
+    Users(UsersCommand),
     /// A merchant's own request rate and concurrency limits (`docs/design.md`, "Per-merchant
     /// limits"); every replica applies a change within a few seconds.
     #[command(subcommand)]
@@ -94,6 +97,27 @@ pub enum ApiKeysCommand {
         /// Seconds the old keys keep working, while servers move to the new one.
         #[arg(long)]
         old_expires_in: u64,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsersCommand {
+    /// Add a person to a merchant's team and print their one-time link to set a password (it
+    /// works once, for 24 hours).
+    Create {
+        #[arg(long)]
+        merchant: String,
+        /// Their email: the name they sign in with.
+        #[arg(long)]
+        email: String,
+        /// `owner`, `developer` or `viewer`.
+        #[arg(long)]
+        role: String,
+        /// Where the dashboard is reached: the link is `<this>/dashboard/password?token=…`.
+        #[arg(long, env = "PUBLIC_BASE_URL", default_value = "http://localhost:8080")]
+        public_base_url: String,
         #[command(flatten)]
         database: DatabaseArgs,
     },

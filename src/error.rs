@@ -10,7 +10,7 @@ use axum::{
 };
 use serde::Serialize;
 
-use crate::db::Failure;
+use crate::db::{CommitError, Failure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -253,6 +253,16 @@ impl ApiError {
                 "the connection to the database was lost after the commit was sent: the request may have been applied; check before sending it again (an Idempotency-Key makes retries safe)".to_owned()
             }
             other => other.to_string(),
+        }
+    }
+}
+
+/// A `COMMIT` of a transaction without an Idempotency-Key (the idempotency layer maps its own).
+impl From<CommitError> for ApiError {
+    fn from(error: CommitError) -> Self {
+        match error {
+            CommitError::RolledBack(e) => e.into(),
+            CommitError::OutcomeUnknown(cause) => Self::CommitOutcomeUnknown { key: None, cause },
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   facilitator: verify and settle), `refunds` (money back to the payer, signed by the merchant)
 //! - [`checkout`]: the page a payer opens from an intent's `checkout_url`, and its API, opened
 //!   by the intent's client secret
+//! - [`dashboard`]: pages for the people behind a merchant (sign-in, roles, payments, keys, team)
+//! - [`audit`]: the log of every change made from the dashboard or the CLI
 //! - [`merchants`]: the merchant's own settings (the name payers see)
 //! - [`tenants`]: each merchant's fair share: request rate and concurrency limits per merchant
 //! - [`ledger`]: the double-entry record of every confirmed payment and refund, and balances
@@ -21,17 +23,19 @@
 //! - [`auth`]: bearer tokens and merchant scope
 //! - [`housekeeping`]: expiry of intents by the clock, and retention of keys and events, in the
 //!   background
-//! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`], [`workers`]: the shared
-//!   base every capability uses
+//! - [`error`], [`extract`], [`deadline`], [`ids`], [`db`], [`config`], [`workers`],
+//!   [`languages`]: the shared base every capability uses
 //! - [`telemetry`], [`startup`]: running it
 //! - [`reconcile`]: the operator's comparison of the ledger with a chain
 //!
 //! Dependencies point down: `http` and `startup` use the capabilities, the capabilities use the
 //! base, never the other way round (`docs/design.md`, "Layout").
 
+pub mod audit;
 pub mod auth;
 pub mod checkout;
 pub mod config;
+pub mod dashboard;
 pub mod db;
 pub mod deadline;
 pub mod error;
@@ -42,6 +46,7 @@ pub mod http;
 pub mod idempotency;
 pub mod ids;
 pub mod intents;
+pub mod languages;
 pub mod ledger;
 pub mod merchants;
 pub mod rails;

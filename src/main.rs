@@ -2,8 +2,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use payments_api::{
+    audit::Who,
     auth,
-    config::{ApiKeysCommand, Cli, Command, LimitsCommand, LogFormat},
+    config::{ApiKeysCommand, Cli, Command, LimitsCommand, LogFormat, UsersCommand},
     db,
     startup::Application,
     telemetry,
@@ -109,7 +110,41 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Some(Command::ApiKeys(command)) => api_keys(command).await,
         Some(Command::Limits(command)) => limits(command).await,
+        Some(Command::Users(command)) => users(command).await,
     }
+}
+
+/// `payments-api users …`: the people of a merchant's dashboard (`docs/dashboard.md`).
+async fn users(command: UsersCommand) -> anyhow::Result<()> {
+    use payments_api::dashboard::people::{self, Email, Role};
+    match command {
+        UsersCommand::Create {
+            merchant,
+            email,
+            role,
+            public_base_url,
+            database,
+        } => {
+            let merchant = auth::MerchantId::parse(&merchant)?;
+            let email = Email::parse(&email).map_err(|why| anyhow::anyhow!("--email {why}"))?;
+            let role = Role::parse(&role)
+                .ok_or_else(|| anyhow::anyhow!("--role must be owner, developer or viewer"))?;
+            let base = payments_api::config::parse_public_base_url(&public_base_url)?;
+            let pool = db::pool(database.url()?, 1)?;
+            let mut tx = payments_api::db::OpenTransaction::begin_on_pool(&pool).await?;
+            let (_, token) =
+                people::invite(&mut tx, merchant.as_str(), &email, role, &Who::cli()).await?;
+            tx.commit()
+                .await
+                .map_err(payments_api::error::ApiError::from)?;
+            let base = payments_api::intents::routes::PublicBaseUrl::new(&base);
+            println!(
+                "{}",
+                payments_api::dashboard::routes::password_link(&base, &token)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `payments-api limits …`: a merchant's own limits (`docs/design.md`, "Per-merchant limits").
@@ -166,7 +201,7 @@ async fn api_keys(command: ApiKeysCommand) -> anyhow::Result<()> {
         ApiKeysCommand::Create { merchant, database } => {
             let merchant = auth::MerchantId::parse(&merchant)?;
             let pool = db::pool(database.url()?, 1)?;
-            println!("{}", auth::create(&pool, &merchant).await?);
+            println!("{}", auth::create(&pool, &merchant, &Who::cli()).await?);
         }
         ApiKeysCommand::List { merchant, database } => {
             let merchant = auth::MerchantId::parse(&merchant)?;
@@ -185,7 +220,7 @@ async fn api_keys(command: ApiKeysCommand) -> anyhow::Result<()> {
         }
         ApiKeysCommand::Revoke { prefix, database } => {
             let pool = db::pool(database.url()?, 1)?;
-            auth::revoke(&pool, &prefix).await?;
+            auth::revoke(&pool, None, &prefix, &Who::cli()).await?;
             println!("revoked {prefix}");
         }
         ApiKeysCommand::Rotate {
@@ -196,7 +231,10 @@ async fn api_keys(command: ApiKeysCommand) -> anyhow::Result<()> {
             let merchant = auth::MerchantId::parse(&merchant)?;
             let pool = db::pool(database.url()?, 1)?;
             let overlap = std::time::Duration::from_secs(old_expires_in);
-            println!("{}", auth::rotate(&pool, &merchant, overlap).await?);
+            println!(
+                "{}",
+                auth::rotate(&pool, &merchant, overlap, &Who::cli()).await?
+            );
         }
     }
     Ok(())

@@ -232,7 +232,7 @@ async fn serve(
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -242,11 +242,20 @@ async fn serve(
             },
             () = &mut signal => break,
         };
+        let (stream, peer) = stream;
         let _ = stream.set_nodelay(true);
-        let connection = http.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
+        // The peer's address, for what the dashboard's audit log records.
+        let service = tower::util::MapRequest::new(
+            router.clone(),
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
         );
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = connections.watch(connection);
         tokio::spawn(async move {
             // Errors here are a client's (reset, malformed, too slow): nothing to report.

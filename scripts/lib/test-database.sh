@@ -17,7 +17,7 @@ node_suite_psql() {
 node_suite_drop_databases() {
   local name pid
   # `<suite>_run<pid>_<ms>`, and `<suite>_<pid>_<ms>` as older runs named them.
-  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^(checkout|x402)_(run)?[0-9]+_[0-9]+$'" 2>/dev/null |
+  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^(checkout|dashboard|x402)_(run)?[0-9]+_[0-9]+$'" 2>/dev/null |
     while read -r name; do
       [[ -n $name ]] || continue
       pid=${name#*_}

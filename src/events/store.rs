@@ -231,3 +231,65 @@ pub async fn attempts(
     .fetch_all(conn)
     .await
 }
+
+/// One change of a subject, as the dashboard's timeline shows it.
+#[derive(Debug)]
+pub struct Change {
+    pub id: String,
+    pub kind: String,
+    pub created_at: OffsetDateTime,
+}
+
+/// The events about `subject_id` (an intent), oldest first, while they are kept.
+pub async fn of_subject(
+    conn: &mut PgConnection,
+    merchant: &str,
+    subject_id: &str,
+) -> Result<Vec<Change>, sqlx::Error> {
+    sqlx::query_as!(
+        Change,
+        r#"SELECT id, type AS kind, created_at FROM events
+            WHERE merchant_id = $1 AND subject_id = $2 ORDER BY subject_version"#,
+        merchant,
+        subject_id,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The type of the event "Send test event" sends: to the one endpoint it was asked for, whatever
+/// types that endpoint subscribed to.
+pub const TEST_TYPE: &str = "webhook_endpoint.test";
+
+/// Records a test event about `endpoint_id` and its delivery to that endpoint alone.
+pub async fn record_test(
+    conn: &mut PgConnection,
+    merchant: &str,
+    endpoint_id: &str,
+) -> Result<String, sqlx::Error> {
+    let id = ids::generate("evt_");
+    let object =
+        serde_json::json!({ "id": endpoint_id, "object": "webhook_endpoint", "test": true });
+    sqlx::query!(
+        r#"
+        WITH event AS (
+            INSERT INTO events (merchant_id, id, type, subject_id, subject_version, object)
+            VALUES ($1, $2, $3, $4,
+                    (SELECT COALESCE(max(subject_version), 0) + 1 FROM events
+                      WHERE merchant_id = $1 AND subject_id = $4),
+                    $5::text::json)
+            RETURNING merchant_id, id
+        )
+        INSERT INTO webhook_deliveries (merchant_id, event_id, endpoint_id)
+        SELECT merchant_id, id, $4 FROM event
+        "#,
+        merchant,
+        id,
+        TEST_TYPE,
+        endpoint_id,
+        object.to_string(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(id)
+}

@@ -19,6 +19,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use crate::{
     auth, checkout,
     config::Settings,
+    dashboard,
     db::{Background, Pool},
     deadline,
     error::ApiError,
@@ -151,6 +152,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
     Router::new()
         .merge(api)
         .merge(checkout)
+        .merge(dashboard::router())
         .merge(own)
         .merge(unknown_api)
         .merge(operations)

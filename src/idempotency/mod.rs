@@ -25,7 +25,7 @@ pub use key::{IdempotencyKey, KeyError};
 pub use layer::{IdempotencyOutcome, IdempotencyState, KeyInBody, OutcomeKind, idempotency_layer};
 pub use phases::{Phases, Provisional, is_provisional, provisional};
 pub use routes::router;
-pub use store::{Claim, Lease, LeaseToken, completion_statement, delete_expired};
+pub use store::{Claim, Lease, LeaseToken, answered_intent, completion_statement, delete_expired};
 pub use stored::StoredResponse;
 pub use transaction::{Checkpoint, Phase, RequestTransaction, Taken, Tx};
 

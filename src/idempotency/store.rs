@@ -349,3 +349,24 @@ pub async fn find(
         resource_id,
     }))
 }
+
+/// The payment intent the request stored under (`scope`, `key`) answered with, if it completed
+/// with a 2xx whose body is an intent (its `id` first): how the dashboard finds a payment by its
+/// Idempotency-Key while the key is kept.
+pub async fn answered_intent(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT substring(convert_from(response_body, 'UTF8') FROM '^\{"id":"(pi_[0-9a-f]{24})"') AS "id"
+             FROM idempotency_keys
+            WHERE scope = $1 AND key = $2 AND state = 'completed'
+              AND response_status BETWEEN 200 AND 299"#,
+        scope,
+        key,
+    )
+    .fetch_optional(conn)
+    .await?
+    .flatten())
+}

@@ -1346,3 +1346,105 @@ pub async fn list(
     .fetch_all(conn)
     .await
 }
+
+/// What the dashboard's payments search looks for besides an intent's id (which [`find`] finds):
+/// an address the intent is paid from or at, or the transaction that paid it.
+pub enum Search<'a> {
+    /// A payer or a deposit address, EIP-55 checksummed as they are stored.
+    Address(&'a str),
+    TransactionHash(&'a str),
+}
+
+/// Up to `limit` of a merchant's intents matching `search`, newest first, after `after`,
+/// optionally in one state; each kind of search its own statement, so each uses its index.
+pub async fn search(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    search: Search<'_>,
+    state: Option<IntentState>,
+    after: Option<&Cursor>,
+    limit: i64,
+) -> Result<Vec<PaymentIntent>, sqlx::Error> {
+    let state = state.map(IntentState::as_str);
+    let (after_at, after_id) = (after.map(|c| c.created_at), after.map(|c| c.id.as_str()));
+    match search {
+        Search::Address(address) => {
+            query_intent!(
+                PaymentIntent,
+                r#"
+                SELECT "#,
+                r#"
+                  FROM payment_intents
+                 WHERE merchant_id = $1 AND (payer = $2 OR deposit_address = $2)
+                   AND ($3::text IS NULL OR state = $3)
+                   AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5))
+                 ORDER BY created_at DESC, id DESC
+                 LIMIT $6
+                "#,
+                merchant.as_str(),
+                address,
+                state,
+                after_at,
+                after_id,
+                limit,
+            )
+            .fetch_all(conn)
+            .await
+        }
+        Search::TransactionHash(hash) => {
+            query_intent!(
+                PaymentIntent,
+                r#"
+                SELECT "#,
+                r#"
+                  FROM payment_intents
+                 WHERE merchant_id = $1 AND settlement ->> 'transaction_hash' = $2
+                   AND ($3::text IS NULL OR state = $3)
+                   AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5))
+                 ORDER BY created_at DESC, id DESC
+                 LIMIT $6
+                "#,
+                merchant.as_str(),
+                hash,
+                state,
+                after_at,
+                after_id,
+                limit,
+            )
+            .fetch_all(conn)
+            .await
+        }
+    }
+}
+
+/// Up to `limit` of a merchant's intents created in [`from`, `to`), oldest first, after `after`:
+/// the dashboard's export, page by page.
+pub async fn created_between(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    from: OffsetDateTime,
+    to: OffsetDateTime,
+    after: Option<&Cursor>,
+    limit: i64,
+) -> Result<Vec<PaymentIntent>, sqlx::Error> {
+    query_intent!(
+        PaymentIntent,
+        r#"
+        SELECT "#,
+        r#"
+          FROM payment_intents
+         WHERE merchant_id = $1 AND created_at >= $2 AND created_at < $3
+           AND ($4::timestamptz IS NULL OR (created_at, id) > ($4, $5))
+         ORDER BY created_at, id
+         LIMIT $6
+        "#,
+        merchant.as_str(),
+        from,
+        to,
+        after.map(|c| c.created_at),
+        after.map(|c| c.id.as_str()),
+        limit,
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -57,6 +57,10 @@ impl PublicBaseUrl {
     pub fn new(url: &str) -> Self {
         Self(Arc::from(url))
     }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// With settlement on, the only chains an intent may name (and their deposit factories); empty

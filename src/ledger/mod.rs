@@ -315,3 +315,84 @@ pub async fn received(
     .fetch_all(conn)
     .await
 }
+
+/// One posting of an entry about an intent, as the dashboard shows it.
+#[derive(Debug)]
+pub struct IntentPosting {
+    pub entry_id: i64,
+    pub kind: String,
+    pub transaction_hash: String,
+    pub account: String,
+    pub token: String,
+    /// Signed base units.
+    pub amount: String,
+    pub created_at: time::OffsetDateTime,
+}
+
+/// The postings of every entry about `intent` (its payment, deposits, sweeps and refunds), in
+/// the order they were booked.
+pub async fn of_intent(
+    conn: &mut PgConnection,
+    merchant: &str,
+    intent: &str,
+) -> Result<Vec<IntentPosting>, sqlx::Error> {
+    sqlx::query_as!(
+        IntentPosting,
+        r#"SELECT e.id AS entry_id, e.kind, e.transaction_hash, p.account, p.token,
+                  p.amount::text AS "amount!", e.created_at
+             FROM ledger_entries e JOIN ledger_postings p ON p.entry_id = e.id
+            WHERE e.merchant_id = $1 AND e.intent_id = $2
+            ORDER BY e.id, p.amount, p.account"#,
+        merchant,
+        intent,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// One posting as the dashboard's export writes it.
+#[derive(Debug)]
+pub struct ExportedPosting {
+    pub entry_id: i64,
+    pub created_at: time::OffsetDateTime,
+    pub kind: String,
+    pub intent_id: String,
+    pub refund_id: Option<String>,
+    pub chain: String,
+    pub transaction_hash: String,
+    pub log_index: i32,
+    pub account: String,
+    pub token: String,
+    /// Signed base units.
+    pub amount: String,
+}
+
+/// Up to `limit` postings of the merchant's entries booked in [`from`, `to`), entry after entry
+/// from past entry `after`.
+pub async fn postings_between(
+    conn: &mut PgConnection,
+    merchant: &str,
+    from: time::OffsetDateTime,
+    to: time::OffsetDateTime,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<ExportedPosting>, sqlx::Error> {
+    sqlx::query_as!(
+        ExportedPosting,
+        r#"SELECT e.id AS entry_id, e.created_at, e.kind, e.intent_id, e.refund_id, e.chain,
+                  e.transaction_hash, e.log_index, p.account, p.token, p.amount::text AS "amount!"
+             FROM ledger_entries e JOIN ledger_postings p ON p.entry_id = e.id
+            WHERE e.id IN (SELECT id FROM ledger_entries
+                            WHERE merchant_id = $1 AND created_at >= $2 AND created_at < $3
+                              AND id > $4
+                            ORDER BY id LIMIT $5)
+            ORDER BY e.id, p.amount, p.account"#,
+        merchant,
+        from,
+        to,
+        after,
+        limit,
+    )
+    .fetch_all(conn)
+    .await
+}

@@ -69,7 +69,16 @@ pub async fn balances(
     State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
 ) -> Result<Json<Balances>, ApiError> {
-    let mut conn = pool.acquire().await?;
+    Ok(Json(
+        balances_of(&mut *pool.acquire().await?, &merchant).await?,
+    ))
+}
+
+/// The merchant's balances and currency totals, as `GET /v1/balances` and the dashboard show them.
+pub async fn balances_of(
+    conn: &mut sqlx::PgConnection,
+    merchant: &MerchantId,
+) -> Result<Balances, sqlx::Error> {
     let data = sqlx::query_as!(
         Balance,
         r#"
@@ -83,9 +92,9 @@ pub async fn balances(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let terms = merchants::order_terms(&mut conn, merchant.as_str()).await?;
+    let terms = merchants::order_terms(conn, merchant.as_str()).await?;
     let totals = totals(&data, &terms.accepted);
-    Ok(Json(Balances { data, totals }))
+    Ok(Balances { data, totals })
 }
 
 /// The balances in tokens accepted for one currency only, summed per currency at par, exactly (in

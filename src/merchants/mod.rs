@@ -93,6 +93,16 @@ pub async fn show(
     State(pool): State<Pool>,
     Extension(merchant): Extension<MerchantId>,
 ) -> Result<Json<Merchant>, ApiError> {
+    Ok(Json(
+        settings_of(&mut *pool.acquire().await?, &merchant).await?,
+    ))
+}
+
+/// The merchant's settings as stored, or the defaults of one that never set any.
+pub async fn settings_of(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+) -> Result<Merchant, sqlx::Error> {
     let row = sqlx::query_as!(
         Row,
         r#"SELECT display_name, payout_address,
@@ -100,14 +110,14 @@ pub async fn show(
              FROM merchants WHERE id = $1"#,
         merchant.as_str()
     )
-    .fetch_optional(&mut *pool.acquire().await?)
+    .fetch_optional(conn)
     .await?
     .unwrap_or(Row {
         display_name: None,
         payout_address: None,
         accepted_assets: sqlx::types::Json(Vec::new()),
     });
-    Ok(Json(row.into_merchant(&merchant)))
+    Ok(row.into_merchant(merchant))
 }
 
 /// Change the merchant's settings: its display name, payout address, accepted assets.
@@ -129,6 +139,17 @@ pub async fn update(
     mut tx: Tx,
     JsonBody(request): JsonBody<UpdateMerchant>,
 ) -> Result<Json<Merchant>, ApiError> {
+    Ok(Json(change(&mut tx, &chains, &merchant, request).await?))
+}
+
+/// Checks and applies a change of the merchant's settings, in the caller's transaction: the
+/// API's update and the dashboard's settings page both come here.
+pub async fn change(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    request: UpdateMerchant,
+) -> Result<Merchant, ApiError> {
     let name = match &request.display_name {
         Some(name) => {
             let name = name.trim();
@@ -157,7 +178,7 @@ pub async fn update(
         None => None,
     };
     let accepted = match request.accepted_assets {
-        Some(requested) => Some(assets::check(&mut tx, &chains, requested).await?),
+        Some(requested) => Some(assets::check(&mut *tx, chains, requested).await?),
         None => None,
     };
     if let Some(accepted) = &accepted {
@@ -166,7 +187,7 @@ pub async fn update(
             .iter()
             .map(|a| (a.chain.clone(), a.token.clone()))
             .collect();
-        crate::intents::repo::watch_deposit_tokens(&mut tx, &tokens).await?;
+        crate::intents::repo::watch_deposit_tokens(&mut *tx, &tokens).await?;
     }
     let row = sqlx::query_as!(
         Row,
@@ -187,7 +208,7 @@ pub async fn update(
     )
     .fetch_one(&mut *tx)
     .await?;
-    Ok(Json(row.into_merchant(&merchant)))
+    Ok(row.into_merchant(merchant))
 }
 
 /// The name payers see for `merchant`, if it set one.

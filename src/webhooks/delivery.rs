@@ -475,3 +475,105 @@ async fn report_queue(pool: &Pool) -> Result<(), sqlx::Error> {
     metrics::gauge!(names::WEBHOOK_OLDEST_PENDING).set(queue.oldest_seconds);
     Ok(())
 }
+
+/// A delivery of one of a subject's events to one endpoint, as a payment's dashboard page shows
+/// it: its state, attempts and the last answer.
+#[derive(Debug)]
+pub struct SubjectDelivery {
+    pub event_id: String,
+    pub event_type: String,
+    pub endpoint_url: Option<String>,
+    pub state: String,
+    pub attempts: i32,
+    pub last_status: Option<i16>,
+    pub last_error: Option<String>,
+}
+
+/// The deliveries of every event about `subject_id` (an intent), in the events' order.
+pub async fn of_subject(
+    conn: &mut sqlx::PgConnection,
+    merchant: &str,
+    subject_id: &str,
+) -> Result<Vec<SubjectDelivery>, sqlx::Error> {
+    sqlx::query_as!(
+        SubjectDelivery,
+        r#"SELECT d.event_id, e.type AS event_type, w.url AS "endpoint_url?", d.state, d.attempts,
+                  a.status_code AS "last_status?", a.error AS "last_error?"
+             FROM events e
+             JOIN webhook_deliveries d ON d.merchant_id = e.merchant_id AND d.event_id = e.id
+             LEFT JOIN webhook_endpoints w ON w.merchant_id = d.merchant_id AND w.id = d.endpoint_id
+             LEFT JOIN LATERAL (
+                  SELECT status_code, error FROM webhook_attempts t
+                   WHERE t.merchant_id = d.merchant_id AND t.event_id = d.event_id
+                     AND t.endpoint_id = d.endpoint_id
+                   ORDER BY t.attempt DESC LIMIT 1) a ON true
+            WHERE e.merchant_id = $1 AND e.subject_id = $2
+            ORDER BY e.subject_version, d.endpoint_id"#,
+        merchant,
+        subject_id,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// A delivery to one endpoint, as its dashboard page lists it.
+#[derive(Debug)]
+pub struct EndpointDelivery {
+    pub event_id: String,
+    pub event_type: String,
+    pub state: String,
+    pub attempts: i32,
+    pub created_at: OffsetDateTime,
+    pub last_status: Option<i16>,
+    pub last_error: Option<String>,
+}
+
+/// The endpoint's newest deliveries, up to `limit`.
+pub async fn of_endpoint(
+    conn: &mut PgConnection,
+    merchant: &str,
+    endpoint_id: &str,
+    limit: i64,
+) -> Result<Vec<EndpointDelivery>, sqlx::Error> {
+    sqlx::query_as!(
+        EndpointDelivery,
+        r#"SELECT d.event_id, e.type AS event_type, d.state, d.attempts, d.created_at,
+                  a.status_code AS "last_status?", a.error AS "last_error?"
+             FROM webhook_deliveries d
+             JOIN events e ON e.merchant_id = d.merchant_id AND e.id = d.event_id
+             LEFT JOIN LATERAL (
+                  SELECT status_code, error FROM webhook_attempts t
+                   WHERE t.merchant_id = d.merchant_id AND t.event_id = d.event_id
+                     AND t.endpoint_id = d.endpoint_id
+                   ORDER BY t.attempt DESC LIMIT 1) a ON true
+            WHERE d.merchant_id = $1 AND d.endpoint_id = $2
+            ORDER BY d.created_at DESC, d.event_id DESC
+            LIMIT $3"#,
+        merchant,
+        endpoint_id,
+        limit,
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Sends a failed delivery once more, now: it is pending again, and the worker's next claim takes
+/// it (its retry window has passed, so one more failure fails it again). Whether it was failed.
+pub async fn resend(
+    conn: &mut PgConnection,
+    merchant: &str,
+    endpoint_id: &str,
+    event_id: &str,
+) -> Result<bool, sqlx::Error> {
+    let resent = sqlx::query!(
+        "UPDATE webhook_deliveries
+            SET state = 'pending', finished_at = NULL, next_attempt_at = now()
+          WHERE merchant_id = $1 AND endpoint_id = $2 AND event_id = $3 AND state = 'failed'",
+        merchant,
+        endpoint_id,
+        event_id,
+    )
+    .execute(conn)
+    .await?;
+    Ok(resent.rows_affected() == 1)
+}

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::{
     auth::MerchantId,
+    config::WebhookSettings,
     error::{ApiError, ErrorBody},
     events,
     extract::{JsonBody, PathParam},
@@ -122,9 +123,29 @@ pub async fn create(
     mut tx: Tx,
     JsonBody(request): JsonBody<CreateEndpoint>,
 ) -> Result<Response, ApiError> {
+    let endpoint = add(&mut tx, &state.settings, &merchant, request).await?;
+    let location = HeaderValue::try_from(format!("/v1/webhook_endpoints/{}", endpoint.id))
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(endpoint),
+    )
+        .into_response())
+}
+
+/// Checks a new endpoint (its URL on a public address, its event types, its description) and
+/// stores it with a new secret, shown in the answer: the API's create and the dashboard's come
+/// here.
+pub async fn add(
+    conn: &mut PgConnection,
+    settings: &WebhookSettings,
+    merchant: &MerchantId,
+    request: CreateEndpoint,
+) -> Result<Endpoint, ApiError> {
     let invalid = |field: &str, why: String| ApiError::InvalidRequest(format!("{field}: {why}"));
-    let url = check_url(&request.url, &state.settings).map_err(|e| invalid("url", e))?;
-    check_resolves(&url, &state.settings)
+    let url = check_url(&request.url, settings).map_err(|e| invalid("url", e))?;
+    check_resolves(&url, settings)
         .await
         .map_err(|e| invalid("url", e))?;
     if let Some(types) = &request.event_types {
@@ -167,16 +188,9 @@ pub async fn create(
         request.event_types.as_deref(),
         secret.as_str(),
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(conn)
     .await?;
-    let location = HeaderValue::try_from(format!("/v1/webhook_endpoints/{}", row.id))
-        .map_err(|e| ApiError::Internal(e.into()))?;
-    Ok((
-        StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(row.shown(true)),
-    )
-        .into_response())
+    Ok(row.shown(true))
 }
 
 /// Every endpoint of yours.
@@ -197,6 +211,15 @@ pub async fn list(
     State(state): State<WebhookState>,
     Extension(merchant): Extension<MerchantId>,
 ) -> Result<Json<EndpointList>, ApiError> {
+    let data = endpoints_of(&mut *state.pool.acquire().await?, &merchant).await?;
+    Ok(Json(EndpointList { data }))
+}
+
+/// The merchant's endpoints, newest first, without their secrets.
+pub async fn endpoints_of(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+) -> Result<Vec<Endpoint>, sqlx::Error> {
     let rows = sqlx::query_as!(
         EndpointRow,
         r#"
@@ -206,10 +229,9 @@ pub async fn list(
         "#,
         merchant.as_str(),
     )
-    .fetch_all(&mut *state.pool.acquire().await?)
+    .fetch_all(conn)
     .await?;
-    let data = rows.into_iter().map(|row| row.shown(false)).collect();
-    Ok(Json(EndpointList { data }))
+    Ok(rows.into_iter().map(|row| row.shown(false)).collect())
 }
 
 /// Retrieve a webhook endpoint (its secret is not shown).
@@ -279,6 +301,21 @@ pub async fn remove(
     PathParam(id): PathParam,
 ) -> Result<Json<Deleted>, ApiError> {
     let id = parse_id(&id)?;
+    if !delete(&mut *state.pool.acquire().await?, &merchant, id).await? {
+        return Err(not_found(id));
+    }
+    Ok(Json(Deleted {
+        id: id.to_owned(),
+        deleted: true,
+    }))
+}
+
+/// Deletes an endpoint and its deliveries; whether it was there.
+pub async fn delete(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &str,
+) -> Result<bool, sqlx::Error> {
     let deleted = sqlx::query!(
         r#"
         WITH deliveries AS (
@@ -289,15 +326,9 @@ pub async fn remove(
         merchant.as_str(),
         id,
     )
-    .execute(&mut *state.pool.acquire().await?)
+    .execute(conn)
     .await?;
-    if deleted.rows_affected() == 0 {
-        return Err(not_found(id));
-    }
-    Ok(Json(Deleted {
-        id: id.to_owned(),
-        deleted: true,
-    }))
+    Ok(deleted.rows_affected() == 1)
 }
 
 /// How long the previous secret keeps signing after a rotation, so receivers can switch over.
@@ -322,8 +353,20 @@ pub async fn rotate_secret(
     PathParam(id): PathParam,
 ) -> Result<Json<Endpoint>, ApiError> {
     let id = parse_id(&id)?;
+    rotate(&mut tx, &merchant, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| not_found(id))
+}
+
+/// A new secret for the endpoint, shown in the answer; the old one signs beside it for a day.
+pub async fn rotate(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &str,
+) -> Result<Option<Endpoint>, sqlx::Error> {
     let secret = Secret::generate();
-    sqlx::query_as!(
+    Ok(sqlx::query_as!(
         EndpointRow,
         r#"
         UPDATE webhook_endpoints
@@ -338,10 +381,9 @@ pub async fn rotate_secret(
         secret.as_str(),
         PREVIOUS_SECRET_SIGNS_FOR_HOURS,
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(conn)
     .await?
-    .map(|row| Json(row.shown(true)))
-    .ok_or_else(|| not_found(id))
+    .map(|row| row.shown(true)))
 }
 
 fn parse_id(raw: &str) -> Result<&str, ApiError> {

@@ -4,6 +4,7 @@
 mod auth_and_scope;
 mod checkout;
 mod crash;
+mod dashboard;
 mod deposits;
 mod events;
 mod helpers;

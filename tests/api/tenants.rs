@@ -384,6 +384,7 @@ async fn key_use_is_counted_by_key_prefix() {
     let token = payments_api::auth::create(
         &payments_api::db::pool(&app.database_url, 1).unwrap(),
         &payments_api::auth::MerchantId::parse(DEMO_MERCHANT).unwrap(),
+        &payments_api::audit::Who::cli(),
     )
     .await
     .unwrap();

@@ -14,6 +14,7 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import { chromium } from "playwright-core";
 import { root, until, startChain, startApi, PAYER, MERCHANT, STRANGER, DEVNET_USD, USDC } from "../node/stack.mjs";
+import { withWallet } from "./wallet.mjs";
 
 const shots = path.join(root, "target/browser");
 mkdirSync(shots, { recursive: true });
@@ -57,55 +58,11 @@ after(async () => {
 
 // ---- the test wallet -------------------------------------------------------------------------
 
-// Runs in the page before its own script: an EIP-1193 provider announced by EIP-6963, whose
-// requests go to the test (window.__wallet, exposed by Playwright, which no page CSP blocks).
-function injectedWallet() {
-  const provider = {
-    isTestWallet: true,
-    listeners: {},
-    on(event, listener) { (this.listeners[event] ??= []).push(listener); },
-    removeListener() {},
-    async request({ method, params }) {
-      const answer = await window.__wallet(method, params ?? []);
-      if (answer.error) throw Object.assign(new Error(answer.error.message), { code: answer.error.code });
-      return answer.result;
-    },
-  };
-  const info = { uuid: "5b3f2c8e-0000-4000-8000-000000000001", name: "Test Wallet", icon: "data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg'/>", rdns: "dev.payments-api.test" };
-  const announce = () => window.dispatchEvent(new CustomEvent("eip6963:announceProvider", { detail: Object.freeze({ info, provider }) }));
-  window.addEventListener("eip6963:requestProvider", announce);
-  announce();
-}
-
-/// A browser page with a test wallet: `account` signs (anvil's own key for it), the wallet starts
-/// on `chainId` and switches when asked; `reject` declines every signature (EIP-1193 4001).
+/// A browser page with a test wallet (wallet.mjs): `account` signs (anvil's own key for it), the
+/// wallet starts on `chainId` and switches when asked; `reject` declines every signature.
 async function walletPage({ account = PAYER, chainId = "0x1", reject = false, language = "en-US" } = {}) {
   const context = await browser.newContext({ locale: language, extraHTTPHeaders: { "Accept-Language": language }, viewport: { width: 1280, height: 900 } });
-  const wallet = { account, chainId, reject, switched: [] };
-  await context.exposeBinding("__wallet", async (_source, method, params) => {
-    switch (method) {
-      case "eth_requestAccounts":
-      case "eth_accounts":
-        return { result: [wallet.account] };
-      case "eth_chainId":
-        return { result: wallet.chainId };
-      case "wallet_switchEthereumChain":
-        wallet.chainId = params[0].chainId;
-        wallet.switched.push(params[0].chainId);
-        return { result: null };
-      case "eth_signTypedData_v4":
-        if (wallet.reject) return { error: { code: 4001, message: "User rejected the request." } };
-        if (wallet.chainId !== "0x7a69") return { error: { code: 4901, message: "wrong chain" } };
-        try {
-          return { result: await rpc("eth_signTypedData_v4", [params[0], params[1]]) };
-        } catch (e) {
-          return { error: { code: -32603, message: e.message } };
-        }
-      default:
-        return { error: { code: 4200, message: `unsupported ${method}` } };
-    }
-  });
-  await context.addInitScript(injectedWallet);
+  const wallet = await withWallet(context, rpc, { account, chainId, reject });
   const page = await context.newPage();
   return { page, wallet, context };
 }

@@ -5,7 +5,7 @@
 // Needs: PAYMENTS_API_BIN (a payments-api binary) and TEST_DATABASE_URL (a PostgreSQL server to
 // create a database on). The scripts that run the suites set them.
 
-import { spawn, execFileSync } from "node:child_process";
+import { spawn, spawnSync, execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createServer } from "node:net";
 import path from "node:path";
@@ -124,5 +124,11 @@ export async function startApi(suite, chain, env = {}) {
     const answer = await fetch(`${base}${route}`, { method, headers, body: body && JSON.stringify(body) });
     return { status: answer.status, body: await answer.json() };
   };
-  return { base, merchant, log: () => log, stop: () => child.kill("SIGTERM") };
+  /// The binary's CLI against this server's database: what it printed (throws if it failed).
+  const command = (args) => {
+    const run = spawnSync(binary, args, { env: { ...process.env, DATABASE_URL: databaseUrl, PUBLIC_BASE_URL: base }, encoding: "utf8" });
+    if (run.status !== 0) throw new Error(`payments-api ${args.join(" ")}: ${run.stderr}`);
+    return run.stdout.trim();
+  };
+  return { base, merchant, command, log: () => log, stop: () => child.kill("SIGTERM") };
 }
