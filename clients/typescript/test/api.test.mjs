@@ -63,7 +63,9 @@ after(() => {
   chain?.stop();
 });
 
-test("1000 creates through dropped, late and 502 answers: exactly 1000 intents, each the one stored for its key", async (t) => {
+// The second run of scripts/clients-test.sh, on Node 18, leaves this load out (CLIENTS_TS_SKIP_LOAD=1).
+const skipLoad = process.env.CLIENTS_TS_SKIP_LOAD === "1" && "the load run: on the first Node only";
+test("1000 creates through dropped, late and 502 answers: exactly 1000 intents, each the one stored for its key", { skip: skipLoad }, async (t) => {
   const N = 1000;
   const TIMEOUT = 1000;
   const proxy = await startFaultProxy(api.base, { choose: faultMix(), holdMs: TIMEOUT + 300 });
@@ -376,7 +378,9 @@ async function startReceiver() {
   });
   const port = await freePort();
   await new Promise((resolve) => server.listen(port, "127.0.0.1", resolve));
-  return { url: `http://127.0.0.1:${port}/`, deliveries, close: () => new Promise((r) => server.close(r)) };
+  // Node 18's close() waits for idle keep-alive connections (5 s); later Nodes close them.
+  const close = () => (server.closeAllConnections(), new Promise((r) => server.close(r)));
+  return { url: `http://127.0.0.1:${port}/`, deliveries, close };
 }
 
 test("webhooks: a real delivery verifies; a tampered body, an old timestamp and a stranger's secret do not; a rotated secret works", async () => {
@@ -433,10 +437,18 @@ test('the README\'s "Use it from code" TypeScript runs as written, from the pack
   const block = section.match(/```ts\n([\s\S]*?)```/);
   assert.ok(block, "a ```ts block under \"## Use it from code\"");
   const port = await freePort();
-  const source = block[1]
-    .replaceAll("http://localhost:8080", api.base)
-    .replaceAll("http://localhost:8545", chain.url)
-    .replaceAll("9000", String(port));
+  // The payer's wallet, which the README leaves to the reader: anvil, which holds the payer's key.
+  const wallet = `const wallet = {
+  signTypedData: async (address: unknown, typedData: unknown): Promise<string> => {
+    const answer = await fetch(${JSON.stringify(chain.url)}, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "eth_signTypedData_v4", params: [address, JSON.stringify(typedData)] }),
+    });
+    return ((await answer.json()) as { result: string }).result;
+  },
+};
+`;
+  const source = wallet + block[1].replaceAll("http://localhost:8080", api.base).replaceAll("9000", String(port));
   writeFileSync(path.join(consumer, "readme.ts"), source);
   const tsc = path.join(here, "../node_modules/.bin/tsc");
   execFileSync(tsc, ["--strict", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext", "--types", "node", "readme.ts"], { cwd: consumer, stdio: "inherit" });
