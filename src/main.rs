@@ -176,7 +176,7 @@ async fn limits(command: LimitsCommand) -> anyhow::Result<()> {
                 rate_per_second: rate,
                 concurrency,
             };
-            registry::set(&pool, &merchant, own).await?;
+            registry::set(&pool, &merchant, own, &Who::cli()).await?;
             print(&merchant, own);
         }
         LimitsCommand::Show { merchant, database } => {

@@ -124,10 +124,7 @@ impl CheckoutOption {
 
 /// The id of `evm:<id>`; 0 for what is no such name.
 fn chain_id(chain: &str) -> u64 {
-    chain
-        .strip_prefix("evm:")
-        .and_then(|id| id.parse().ok())
-        .unwrap_or(0)
+    crate::intents::domain::Chain::id_of(chain).unwrap_or(0)
 }
 
 /// The intent `id` as its page shows it, with its merchant's name and its token's units as read

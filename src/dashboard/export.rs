@@ -12,7 +12,10 @@ use tokio::sync::mpsc;
 use crate::{
     auth::MerchantId,
     db::Pool,
-    intents::repo::{self, Cursor},
+    intents::{
+        domain::Chain,
+        repo::{self, Cursor},
+    },
     ledger,
     rails::tokens::{self, in_units},
 };
@@ -124,8 +127,7 @@ impl Decimals {
         if let Some(known) = self.0.get(&key) {
             return Ok(*known);
         }
-        let chain_id = chain.strip_prefix("evm:").and_then(|id| id.parse().ok());
-        let decimals = match chain_id {
+        let decimals = match Chain::id_of(chain) {
             Some(id) => tokens::units_of(conn, id, token)
                 .await?
                 .and_then(|(_, d)| d)

@@ -14,7 +14,7 @@ use crate::{
     audit,
     auth::KeySummary,
     events::store::Change,
-    intents::{repo::PaymentIntent, state::IntentState},
+    intents::{domain::Chain, repo::PaymentIntent, state::IntentState},
     ledger::{IntentPosting, routes::Balances},
     merchants::Merchant,
     rails::tokens::in_units,
@@ -148,6 +148,14 @@ pub fn role_name(t: &Text, role: Role) -> &'static str {
         Role::Owner => t.owner,
         Role::Developer => t.developer,
         Role::Viewer => t.viewer,
+    }
+}
+
+/// A block's confirmations as the follower has read the chain: the block itself is the first.
+fn confirmations(followed_up_to: Option<i64>, block: u64) -> String {
+    match followed_up_to {
+        Some(head) => (head - block as i64 + 1).max(0).to_string(),
+        None => "—".to_owned(),
     }
 }
 
@@ -301,6 +309,8 @@ pub struct PaymentView<'a> {
     pub postings: &'a [IntentPosting],
     pub refunds: &'a [Refund],
     pub deliveries: &'a [SubjectDelivery],
+    /// The newest block the follower of the intent's chain has read.
+    pub followed_up_to: Option<i64>,
 }
 
 /// `refund_form` is the one-time id of the page's refund form.
@@ -372,14 +382,17 @@ pub fn payment(
         @let settled = intent.settlement.as_ref().map(|s| &s.0);
         @if settled.is_none() && view.refunds.iter().all(|r| r.settlement.is_none()) { p { (t.none) } } @else {
             div.table { table {
-                thead { tr { th scope="col" { (t.transaction) } th scope="col" { (t.block) } th scope="col" { (t.at) } } }
+                thead { tr {
+                    th scope="col" { (t.transaction) } th scope="col" { (t.block) }
+                    th scope="col" { (t.confirmations) } th scope="col" { (t.at) }
+                } }
                 tbody {
-                    @if let Some(s) = settled {
-                        tr { td { code { (s.transaction_hash) } } td.number { (s.block_number) } td { (when(s.block_timestamp)) } }
-                    }
-                    @for refund in view.refunds {
-                        @if let Some(s) = &refund.settlement {
-                            tr { td { code { (s.0.transaction_hash) } } td.number { (s.0.block_number) } td { (when(s.0.block_timestamp)) } }
+                    @for s in settled.into_iter().chain(view.refunds.iter().filter_map(|r| r.settlement.as_ref().map(|s| &s.0))) {
+                        tr {
+                            td { code { (s.transaction_hash) } }
+                            td.number { (s.block_number) }
+                            td.number { (confirmations(view.followed_up_to, s.block_number)) }
+                            td { (when(s.block_timestamp)) }
                         }
                     }
                 }
@@ -818,7 +831,7 @@ pub fn refund(
     let signable = refund.state == RefundState::Created
         && refund.payment_method == RefundMethod::Authorization
         && session.role().may(Permission::Refund);
-    let chain_id = refund.chain.strip_prefix("evm:").unwrap_or("0");
+    let chain_id = Chain::id_of(&refund.chain).unwrap_or(0);
     let words = serde_json::json!({
         "no_wallet": t.no_wallet, "wrong_account": t.wrong_account, "signing": t.signing,
         "refused": t.refused, "rejected": t.rejected, "failed": t.failed,

@@ -28,13 +28,13 @@ use crate::{
     events,
     idempotency::answered_intent,
     intents::{
-        domain::{Address, Amount, ExpiresIn, IntentId},
+        domain::{Address, Amount, Chain, ExpiresIn, IntentId},
         repo::{self, PaymentIntent, Search, TransitionError},
         routes::PublicBaseUrl,
         state::{Action, Actor, IntentState},
     },
     ledger, merchants,
-    rails::{Chains, tokens},
+    rails::{Chains, follower, tokens},
     ways_to_pay::refunds::{self, domain::RefundId, repo::NewRefund},
     webhooks::{self, WebhookState, endpoints::Endpoint},
 };
@@ -475,6 +475,10 @@ async fn payment(
         (Some(chain), Some(token)) => token_units(&mut conn, chain, token).await?,
         _ => (None, None),
     };
+    let followed_up_to = match intent.chain.as_deref().and_then(Chain::id_of) {
+        Some(id) => follower::followed_up_to(&mut conn, id).await?,
+        None => None,
+    };
     let changes = events::store::of_subject(&mut conn, merchant.as_str(), id.as_str()).await?;
     let postings = ledger::of_intent(&mut conn, merchant.as_str(), id.as_str()).await?;
     let refunds = refunds::repo::list(&mut conn, &merchant, Some(&id), None, 100).await?;
@@ -493,6 +497,7 @@ async fn payment(
         postings: &postings,
         refunds: &refunds,
         deliveries: &deliveries,
+        followed_up_to,
     };
     let content = pages::payment(t, &signed.session, &view, done, &forms::new_id());
     let title = format!("{} {}", t.payment, intent.id);
@@ -761,7 +766,7 @@ async fn token_units(
     chain: &str,
     token: &str,
 ) -> Result<(Option<String>, Option<u8>), sqlx::Error> {
-    let Some(chain_id) = chain.strip_prefix("evm:").and_then(|id| id.parse().ok()) else {
+    let Some(chain_id) = Chain::id_of(chain) else {
         return Ok((None, None));
     };
     Ok(tokens::units_of(conn, chain_id, token)

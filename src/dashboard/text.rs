@@ -52,6 +52,7 @@ texts! {
     transactions: "Chain transactions", "鏈上交易";
     transaction: "Transaction", "交易";
     block: "Block", "區塊";
+    confirmations: "Confirmations", "確認數";
     ledger: "Ledger entries", "帳本分錄";
     account: "Account", "帳戶";
     refunds: "Refunds", "退款";

@@ -33,6 +33,11 @@ impl Chain {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The id of a chain named `evm:<id>`, if `raw` is such a name.
+    pub fn id_of(raw: &str) -> Option<u64> {
+        Self::parse(raw).ok()?.0.strip_prefix("evm:")?.parse().ok()
+    }
 }
 
 impl TryFrom<String> for Chain {

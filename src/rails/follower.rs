@@ -954,6 +954,20 @@ impl<W: Watch> Follower<W> {
     }
 }
 
+/// The newest block the follower of chain `chain_id` has read, if it has started: what a block's
+/// confirmations are counted against.
+pub async fn followed_up_to(
+    conn: &mut PgConnection,
+    chain_id: u64,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "SELECT block_number FROM chain_cursors WHERE chain_id = $1",
+        chain_id as i64
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 async fn load_cursor(
     conn: &mut PgConnection,
     chain_id: u64,

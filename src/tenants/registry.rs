@@ -87,8 +87,15 @@ fn non_negative(value: i32) -> u32 {
 }
 
 /// Sets a merchant's own limits (`payments-api limits set`); `None` is the default again.
-pub async fn set(pool: &Pool, merchant: &MerchantId, own: OwnLimits) -> anyhow::Result<()> {
+/// Sets them, with the audit log's line (`who` changed them) in the same transaction.
+pub async fn set(
+    pool: &Pool,
+    merchant: &MerchantId,
+    own: OwnLimits,
+    who: &crate::audit::Who,
+) -> anyhow::Result<()> {
     let to_i32 = |limit: Option<u32>| limit.map(i32::try_from).transpose();
+    let mut tx = crate::db::OpenTransaction::begin_on_pool(pool).await?;
     sqlx::query!(
         "INSERT INTO merchant_limits (merchant_id, rate_per_second, concurrency)
          VALUES ($1, $2, $3)
@@ -99,8 +106,10 @@ pub async fn set(pool: &Pool, merchant: &MerchantId, own: OwnLimits) -> anyhow::
         to_i32(own.rate_per_second)?,
         to_i32(own.concurrency)?,
     )
-    .execute(&mut *pool.acquire().await?)
+    .execute(&mut *tx)
     .await?;
+    crate::audit::record(&mut tx, merchant.as_str(), who, "limits.set", None).await?;
+    tx.commit().await.map_err(crate::error::ApiError::from)?;
     Ok(())
 }
 

@@ -542,6 +542,15 @@ async fn hostile_text_is_shown_escaped_and_the_last_owner_stays() {
     assert!(edited.is_err(), "the audit log is append-only");
     let deleted = sqlx::query("DELETE FROM audit_log").execute(&app.db).await;
     assert!(deleted.is_err(), "and kept for a year");
+
+    // The CLI's changes are in it too.
+    let (ok, said) = app.command(&["limits", "set", "--merchant", DEMO_MERCHANT, "--rate", "50"]);
+    assert!(ok, "{said}");
+    let actions = audit_actions(&app, DEMO_MERCHANT).await;
+    assert!(
+        actions.contains(&("cli".to_owned(), "limits.set".to_owned())),
+        "{actions:?}"
+    );
 }
 
 /// The payments list: newest first in pages of 25, filtered by state, found by id, by the

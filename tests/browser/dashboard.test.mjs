@@ -172,15 +172,54 @@ test("an owner walks every page in both languages, on a desktop and a phone, and
   await context.close();
 });
 
-test("a viewer reads in Traditional Chinese and is refused a cancel posted with its own token", async () => {
+/// Every page of the navigation, as `page`'s person sees it: one h1, axe clean.
+async function walkAll(page, who) {
+  const links = page.getByRole("navigation", { name: /^(Main|主選單)$/ }).getByRole("link");
+  const paths = await links.evaluateAll((all) => all.map((a) => a.getAttribute("href")));
+  assert.equal(paths.length, 8, `${who} sees every section`);
+  for (const path of paths) {
+    const response = await page.goto(`${base}${path}`);
+    assert.equal(response.status(), 200, `${who} reads ${path}`);
+    assert.equal(await page.locator("h1").count(), 1);
+    await accessible(page, `${path} as ${who}`);
+  }
+}
+
+test("a viewer reads every page in Traditional Chinese and is refused a cancel and a refund posted with its own token", async () => {
   const { page, context } = await signIn("viewer@kaffa.example", { language: "zh-TW" });
   assert.equal(await page.locator("html").getAttribute("lang"), "zh-TW");
+  await walkAll(page, "a viewer");
   await page.goto(`${base}/dashboard/payments/${hostile.id}`);
   assert.equal(await page.getByRole("button", { name: "取消此付款" }).count(), 0, "no Cancel for a viewer");
   const csrf = await page.locator('input[name="csrf"]').first().inputValue();
   const refused = await page.request.post(`${base}/dashboard/payments/${hostile.id}/cancel`, { form: { csrf }, maxRedirects: 0 });
   assert.equal(refused.status(), 403);
   assert.equal((await merchant("GET", `/v1/payment_intents/${hostile.id}`)).body.state, "created");
+  await page.goto(`${base}/dashboard/payments/${paid.id}`);
+  assert.equal(await page.getByRole("button", { name: "退款", exact: true }).count(), 0, "no Refund for a viewer");
+  const refund = await page.request.post(`${base}/dashboard/payments/${paid.id}/refunds`,
+    { form: { csrf, form: "0123456789abcdef0123456789abcdef", amount: "1" }, maxRedirects: 0 });
+  assert.equal(refund.status(), 403);
+  const { body } = await merchant("GET", `/v1/refunds?payment_intent=${paid.id}`);
+  assert.equal(body.data.length, 0, "no refund was made");
+  await context.close();
+});
+
+test("a developer reads every page; a session id planted before sign-in is never adopted", async () => {
+  const { page, context } = await newPage();
+  const planted = "a".repeat(64);
+  await context.addCookies([{ name: "dashboard_session", value: planted, url: `${base}/dashboard` }]);
+  await page.goto(`${base}/dashboard/payments`);
+  await page.waitForURL(`${base}/dashboard/login`);
+  await page.getByLabel("Email").fill("dev@kaffa.example");
+  await page.getByLabel("Password").fill(PASSWORD);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(`${base}/dashboard/payments`);
+  const session = (await context.cookies(`${base}/dashboard`)).find((c) => c.name === "dashboard_session");
+  assert.ok(session && session.value !== planted, "a new session id at sign-in");
+  assert.equal(session.httpOnly, true);
+  assert.equal(session.sameSite, "Strict");
+  await walkAll(page, "a developer");
   await context.close();
 });
 
