@@ -4,6 +4,7 @@
 //!
 //! Writes `target/bench/results.json` and `target/bench/chart.svg`.
 
+mod dashboard;
 mod deposits;
 mod endpoint_cost;
 mod orders;
@@ -271,6 +272,18 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    if wanted("dashboard") {
+        let workload = dashboard::run_list(
+            &api_bin,
+            &args.server,
+            &args.api_env,
+            1_000_000,
+            8,
+            duration,
+        )
+        .await?;
+        workloads.push(workload);
+    }
     let x402 = if wanted("x402") {
         Some(
             x402::run(
@@ -359,6 +372,8 @@ enum Op {
     CreateUnkeyed,
     Replay(Arc<Vec<String>>),
     Get(Arc<Vec<String>>),
+    /// The dashboard's pages, signed in by [`dashboard::SESSION`].
+    Dashboard(Arc<Vec<String>>),
 }
 
 /// One keep-alive HTTP/1.1 connection, driven by hyper's client connection API without a pool or
@@ -437,6 +452,23 @@ impl HttpConnection {
         self.send(request).await
     }
 
+    /// A dashboard page as the signed-in bench person: its status and body.
+    async fn dashboard(&mut self, path: &str) -> anyhow::Result<(u16, Bytes)> {
+        let request = self
+            .request(Method::GET, path)
+            .header(
+                header::COOKIE,
+                format!("dashboard_session={}", dashboard::SESSION),
+            )
+            .body(Full::new(Bytes::new()))?;
+        self.exchange(request).await
+    }
+
+    async fn get_dashboard(&mut self, path: &str) -> anyhow::Result<String> {
+        let (_, body) = self.dashboard(path).await?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
     async fn get_text(&mut self, path: &str) -> anyhow::Result<String> {
         let request = self
             .request(Method::GET, path)
@@ -479,6 +511,10 @@ async fn once(op: &Op, connection: &mut HttpConnection, rng: &mut u64) -> anyhow
         Op::Get(ids) => {
             let id = &ids[(*rng as usize) % ids.len()];
             connection.get(&format!("/v1/payment_intents/{id}")).await
+        }
+        Op::Dashboard(paths) => {
+            let path = &paths[(*rng as usize) % paths.len()];
+            Ok(connection.dashboard(path).await?.0)
         }
     }
 }
