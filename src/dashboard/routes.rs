@@ -1088,6 +1088,11 @@ async fn create_refund(
 /// An amount typed in the token's units (`2.50`) as base units; without known decimals, base
 /// units as typed.
 fn base_units(raw: &str, decimals: Option<u8>) -> Result<Amount, String> {
+    // Digits and one point only: `parse_units` would also take a sign, and its absolute value
+    // would turn `-1` into a refund of 1.
+    if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err("amount: must be digits with at most one decimal point".to_owned());
+    }
     let base = match decimals {
         Some(decimals) => alloy::primitives::utils::parse_units(raw, decimals)
             .map_err(|_| format!("amount: not an amount with at most {decimals} decimals"))?
@@ -1158,4 +1163,18 @@ async fn confirm_refund(
     .await?;
     tx.commit().await?;
     Ok(see_other(&format!("/dashboard/refunds/{}", refund.id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refund_amount_is_read_in_the_tokens_units_and_never_signed() {
+        assert_eq!(base_units("10.5", Some(6)).unwrap().as_str(), "10500000");
+        assert_eq!(base_units("7", None).unwrap().as_str(), "7");
+        for bad in ["-1", "+1", "1e6", "1.2.3", "0.0000001", "", "0"] {
+            assert!(base_units(bad, Some(6)).is_err(), "{bad}");
+        }
+    }
 }
