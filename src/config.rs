@@ -223,6 +223,11 @@ pub struct ServeArgs {
     #[arg(long, env = "WEBHOOK_RETRY_BASE_SECONDS", default_value_t = 5)]
     pub webhook_retry_base_seconds: u64,
 
+    /// How long a webhook delivery is retried before it is marked failed (a person can resend it
+    /// from the dashboard then). 0: a delivery fails at its first failed attempt.
+    #[arg(long, env = "WEBHOOK_RETRY_FOR_SECONDS", default_value_t = WebhookSettings::RETRY_FOR.as_secs())]
+    pub webhook_retry_for_seconds: u64,
+
     /// Whether this replica delivers webhooks. `false` for replicas that only serve requests
     /// while others deliver: delivery competes with requests for CPU, and the events wait in
     /// PostgreSQL for whichever replica delivers.
@@ -578,7 +583,7 @@ impl ServeArgs {
             webhooks: WebhookSettings {
                 timeout: Duration::from_secs(self.webhook_timeout_seconds.max(1)),
                 retry_base: Duration::from_secs(self.webhook_retry_base_seconds.max(1)),
-                retry_for: WebhookSettings::RETRY_FOR,
+                retry_for: Duration::from_secs(self.webhook_retry_for_seconds),
                 disable_after: WebhookSettings::DISABLE_AFTER,
                 allow_http: self.webhook_allow_http,
                 allow_private_networks: self.webhook_allow_private_networks,

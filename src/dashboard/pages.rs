@@ -654,7 +654,13 @@ fn signed_units(base_units: &str, decimals: u8) -> String {
     }
 }
 
-pub fn settings(t: &Text, session: &Session, merchant: &Merchant, saved: bool) -> Markup {
+pub fn settings(
+    t: &Text,
+    session: &Session,
+    merchant: &Merchant,
+    served: &[&str],
+    saved: bool,
+) -> Markup {
     let manages = session.role().may(Permission::ManageSettings);
     html! {
         (notice(saved.then_some(t.saved), false))
@@ -665,11 +671,70 @@ pub fn settings(t: &Text, session: &Session, merchant: &Merchant, saved: bool) -
                   value=(merchant.display_name.as_deref().unwrap_or("")) aria-describedby="display-name-hint"
                   readonly[!manages];
             p.hint id="display-name-hint" { (t.display_name_hint) }
+            label for="payout-address" { (t.payout_address) }
+            input id="payout-address" name="payout_address" maxlength="42" pattern="0x[0-9a-fA-F]{40}"
+                  autocomplete="off" spellcheck="false"
+                  value=(merchant.payout_address.as_deref().unwrap_or("")) aria-describedby="payout-address-hint"
+                  readonly[!manages];
+            p.hint id="payout-address-hint" { (t.payout_address_hint) }
             @if manages { button type="submit" { (t.save) } }
         }
         dl.fields {
             dt { (t.id) } dd { code { (merchant.id) } }
-            dt { (t.payout_address) } dd { code { (merchant.payout_address.as_deref().unwrap_or("—")) } }
+        }
+        section aria-labelledby="accepted-assets" {
+            h2 id="accepted-assets" { (t.accepted_assets) }
+            p.hint { (t.accepted_assets_hint) }
+            @if merchant.accepted_assets.is_empty() { p { (t.none) } } @else {
+                div.table { table {
+                    thead { tr {
+                        th scope="col" { (t.chain) } th scope="col" { (t.token) } th scope="col" { (t.currency) }
+                        th scope="col" { (t.decimals) } th scope="col" { (t.by_signature) }
+                        @if manages { th scope="col" { span.visually-hidden { (t.remove) } } }
+                    } }
+                    tbody {
+                        @for asset in &merchant.accepted_assets {
+                            tr {
+                                td { (asset.chain) }
+                                td { (asset.symbol.as_deref().unwrap_or("")) " " code { (asset.token) } }
+                                td { (asset.currency.as_str().to_uppercase()) }
+                                td { (asset.decimals) }
+                                td { (if asset.supports_authorization { t.yes } else { t.no }) }
+                                @if manages {
+                                    td {
+                                        form.inline method="post" action="/dashboard/settings/assets" {
+                                            (csrf(session))
+                                            input type="hidden" name="chain" value=(asset.chain);
+                                            input type="hidden" name="token" value=(asset.token);
+                                            input type="hidden" name="currency" value=(asset.currency.as_str());
+                                            button.danger type="submit" name="do" value="remove"
+                                                aria-label={ (t.remove) " " (asset.symbol.as_deref().unwrap_or(&asset.token)) " " (asset.chain) " " (asset.currency.as_str().to_uppercase()) } { (t.remove) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+            @if manages {
+                form.card method="post" action="/dashboard/settings/assets" {
+                    (csrf(session))
+                    label for="asset-chain" { (t.chain) }
+                    select id="asset-chain" name="chain" required {
+                        @for chain in served { option value=(chain) { (chain) } }
+                    }
+                    label for="asset-token" { (t.token_address) }
+                    input id="asset-token" name="token" required maxlength="42" pattern="0x[0-9a-fA-F]{40}"
+                          autocomplete="off" spellcheck="false";
+                    label for="asset-currency" { (t.currency) }
+                    select id="asset-currency" name="currency" {
+                        option value="usd" { "USD" }
+                        option value="eur" { "EUR" }
+                    }
+                    button type="submit" name="do" value="add" { (t.add_asset) }
+                }
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::{
     events,
     idempotency::answered_intent,
     intents::{
-        domain::{Address, Amount, Chain, ExpiresIn, IntentId},
+        domain::{Address, Amount, Chain, Currency, ExpiresIn, IntentId},
         repo::{self, PaymentIntent, Search, TransitionError},
         routes::PublicBaseUrl,
         state::{Action, Actor, IntentState},
@@ -83,6 +83,7 @@ where
             get(endpoint).post(change_endpoint),
         )
         .route("/dashboard/settings", get(settings).post(save_settings))
+        .route("/dashboard/settings/assets", post(edit_assets))
         .route("/dashboard/export", get(export_page))
         .route("/dashboard/export.csv", get(export_csv))
         .route("/dashboard/audit", get(audit_log))
@@ -775,15 +776,27 @@ async fn token_units(
         .unwrap_or_default())
 }
 
-async fn settings_page(pool: &Pool, signed: &Signed, saved: bool) -> Result<Response, PageError> {
+async fn settings_page(
+    pool: &Pool,
+    chains: &Chains,
+    signed: &Signed,
+    saved: bool,
+) -> Result<Response, PageError> {
     let merchant = merchants::settings_of(&mut *pool.acquire().await?, &signed.merchant()).await?;
+    let served: Vec<&str> = chains
+        .settings
+        .chains
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     let t = signed.text();
-    let content = pages::settings(t, &signed.session, &merchant, saved);
+    let content = pages::settings(t, &signed.session, &merchant, &served, saved);
     Ok(signed.page(StatusCode::OK, t.settings, Section::Settings, content))
 }
 
 async fn settings(
     State(pool): State<Pool>,
+    State(chains): State<Chains>,
     signed: Signed,
     RawQuery(query): RawQuery,
 ) -> Result<Response, PageError> {
@@ -792,15 +805,19 @@ async fn settings(
         .ok()
         .and_then(|q| q.done)
         .is_some_and(|d| d == "saved");
-    settings_page(&pool, &signed, saved).await
+    settings_page(&pool, &chains, &signed, saved).await
 }
 
 #[derive(Deserialize)]
 struct SettingsForm {
     display_name: String,
+    /// Empty keeps the address as it is (the API cannot unset one either).
+    #[serde(default)]
+    payout_address: String,
 }
 
-/// `POST /v1/merchant`'s change, for the display name, with the audit line in its transaction.
+/// `POST /v1/merchant`'s change, for the display name and payout address, with the audit line in
+/// its transaction.
 async fn save_settings(
     State(pool): State<Pool>,
     State(chains): State<Chains>,
@@ -808,19 +825,93 @@ async fn save_settings(
 ) -> Result<Response, PageError> {
     signed.require(Permission::ManageSettings)?;
     let merchant = signed.merchant();
+    let payout_address = Some(form.payout_address.trim().to_owned()).filter(|a| !a.is_empty());
     let mut tx = OpenTransaction::begin_on_pool(&pool).await?;
+    let before = merchants::settings_of(&mut tx, &merchant).await?;
     let change = merchants::UpdateMerchant {
         display_name: Some(form.display_name),
-        payout_address: None,
+        payout_address,
         accepted_assets: None,
     };
-    merchants::change(&mut tx, &chains, &merchant, change).await?;
+    let after = merchants::change(&mut tx, &chains, &merchant, change).await?;
+    if after.display_name != before.display_name {
+        let who = signed.who();
+        audit::record(
+            &mut tx,
+            merchant.as_str(),
+            &who,
+            "merchant.display_name",
+            None,
+        )
+        .await?;
+    }
+    if after.payout_address != before.payout_address {
+        let who = signed.who();
+        let address = after.payout_address.as_deref();
+        audit::record(
+            &mut tx,
+            merchant.as_str(),
+            &who,
+            "merchant.payout_address",
+            address,
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(see_other("/dashboard/settings?done=saved"))
+}
+
+#[derive(Deserialize)]
+struct AssetForm {
+    #[serde(rename = "do")]
+    action: String,
+    chain: String,
+    token: String,
+    currency: String,
+}
+
+/// Adds an accepted asset (checked on its chain, as `POST /v1/merchant` checks it) or removes
+/// one, with the audit line in the change's transaction.
+async fn edit_assets(
+    State(pool): State<Pool>,
+    State(chains): State<Chains>,
+    Acting { signed, form }: Acting<AssetForm>,
+) -> Result<Response, PageError> {
+    signed.require(Permission::ManageSettings)?;
+    let merchant = signed.merchant();
+    let target = format!("{} {} {}", form.chain, form.token.trim(), form.currency);
+    let (edit, action) = match form.action.as_str() {
+        "add" => (
+            merchants::AssetEdit::Add(merchants::assets::AssetRequest {
+                chain: form.chain,
+                token: form.token.trim().to_owned(),
+                currency: form.currency,
+            }),
+            "merchant.accepted_asset.add",
+        ),
+        "remove" => (
+            merchants::AssetEdit::Remove {
+                chain: form.chain,
+                token: form.token,
+                currency: Currency::parse(&form.currency)
+                    .map_err(|why| PageError::BadRequest(format!("currency: {why}")))?,
+            },
+            "merchant.accepted_asset.remove",
+        ),
+        _ => {
+            return Err(PageError::BadRequest(
+                "do: must be add or remove".to_owned(),
+            ));
+        }
+    };
+    let mut tx = OpenTransaction::begin_on_pool(&pool).await?;
+    merchants::edit_accepted_assets(&mut tx, &chains, &merchant, edit).await?;
     audit::record(
         &mut tx,
         merchant.as_str(),
         &signed.who(),
-        "merchant.display_name",
-        None,
+        action,
+        Some(&target),
     )
     .await?;
     tx.commit().await?;
@@ -886,10 +977,8 @@ async fn endpoint(
     signed.require(Permission::Read)?;
     let merchant = signed.merchant();
     let mut conn = pool.acquire().await?;
-    let endpoint = webhooks::endpoints::endpoints_of(&mut conn, &merchant)
+    let endpoint = webhooks::endpoints::endpoint_of(&mut conn, &merchant, &id)
         .await?
-        .into_iter()
-        .find(|e| e.id == id)
         .ok_or(PageError::NotFound)?;
     let deliveries =
         webhooks::delivery::of_endpoint(&mut conn, merchant.as_str(), &endpoint.id, PAGE).await?;

@@ -102,7 +102,16 @@ texts! {
     per_currency: "Per currency (at par)", "依幣別（以面額計）";
     currency: "Currency", "幣別";
     no_balances: "Nothing received yet.", "尚未收到任何款項。";
-    payout_address: "Payout address", "收款地址";
+    payout_address: "Payout address", "商家收款地址";
+    payout_address_hint: "Where orders are paid, on every chain: an address whose keys you hold.", "訂單在每條鏈上的收款地址：請填您持有私鑰的地址。";
+    accepted_assets: "Accepted assets", "接受的資產";
+    accepted_assets_hint: "What orders priced in a currency can be paid with. Each token is checked on its chain when added.", "以法幣計價的訂單可用這些代幣支付。新增時會在鏈上檢查代幣。";
+    token_address: "Token contract address", "代幣合約地址";
+    decimals: "Decimals", "小數位數";
+    by_signature: "Payable by signature (EIP-3009)", "可用簽章支付（EIP-3009）";
+    add_asset: "Add asset", "新增資產";
+    yes: "Yes", "是";
+    no: "No", "否";
     webhooks: "Webhooks", "Webhook";
     url: "URL", "網址";
     description: "Description", "說明";

@@ -93,7 +93,9 @@ fn cookies(headers: &HeaderMap) -> impl Iterator<Item = Cookie<'_>> {
 }
 
 /// The session cookie: `HttpOnly`, `SameSite=Strict`, `Secure` unless the public URL is a plain
-/// `http://localhost`, for the dashboard's paths only. `None` ends it.
+/// `http://localhost`, for the dashboard's paths only. `None` ends it. No `Max-Age`: it lasts
+/// while the browser does, and the server ends it after 12 h idle (a fixed age would end an
+/// active session 12 h after sign-in).
 pub fn session_cookie(public_base_url: &PublicBaseUrl, session_id: Option<&str>) -> HeaderValue {
     let local = ["http://localhost", "http://127.0.0.1", "http://[::1]"]
         .iter()
@@ -104,11 +106,8 @@ pub fn session_cookie(public_base_url: &PublicBaseUrl, session_id: Option<&str>)
         .secure(!local)
         .same_site(SameSite::Strict)
         .build();
-    match session_id {
-        Some(_) => cookie.set_max_age(cookie::time::Duration::seconds(
-            sessions::IDLE_EXPIRY.whole_seconds(),
-        )),
-        None => cookie.make_removal(),
+    if session_id.is_none() {
+        cookie.make_removal();
     }
     HeaderValue::from_str(&cookie.to_string()).expect("hex ids make a valid header value")
 }

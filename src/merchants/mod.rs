@@ -21,7 +21,7 @@ use crate::{
     error::{ApiError, ErrorBody},
     extract::JsonBody,
     idempotency::Tx,
-    intents::domain::Address,
+    intents::domain::{Address, Currency},
     rails::Chains,
 };
 
@@ -209,6 +209,68 @@ pub async fn change(
     .fetch_one(&mut *tx)
     .await?;
     Ok(row.into_merchant(merchant))
+}
+
+/// One accepted asset added to the list or taken out of it (the dashboard's settings page).
+pub enum AssetEdit {
+    Add(AssetRequest),
+    Remove {
+        chain: String,
+        token: String,
+        currency: Currency,
+    },
+}
+
+/// Applies `edit` to `merchant`'s accepted assets, in the caller's transaction, through
+/// [`change`] (every asset checked again). The list is read under the merchant's row lock, so two
+/// people editing it at once both keep their change.
+pub async fn edit_accepted_assets(
+    tx: &mut PgConnection,
+    chains: &Chains,
+    merchant: &MerchantId,
+    edit: AssetEdit,
+) -> Result<Merchant, ApiError> {
+    // A merchant that never set anything has no row to lock yet: made first.
+    sqlx::query!(
+        "INSERT INTO merchants (id, accepted_assets) VALUES ($1, '[]'::jsonb) ON CONFLICT (id) DO NOTHING",
+        merchant.as_str()
+    )
+    .execute(&mut *tx)
+    .await?;
+    let current = sqlx::query_scalar!(
+        r#"SELECT accepted_assets AS "accepted_assets: sqlx::types::Json<Vec<AcceptedAsset>>"
+             FROM merchants WHERE id = $1 FOR UPDATE"#,
+        merchant.as_str()
+    )
+    .fetch_one(&mut *tx)
+    .await?
+    .0;
+    let mut requested: Vec<AssetRequest> = current
+        .into_iter()
+        .map(|a| AssetRequest {
+            chain: a.chain,
+            token: a.token,
+            currency: a.currency.as_str().to_owned(),
+        })
+        .collect();
+    match edit {
+        AssetEdit::Add(asset) => requested.push(asset),
+        AssetEdit::Remove {
+            chain,
+            token,
+            currency,
+        } => requested.retain(|a| {
+            !(a.chain == chain
+                && a.token.eq_ignore_ascii_case(&token)
+                && a.currency == currency.as_str())
+        }),
+    }
+    let update = UpdateMerchant {
+        display_name: None,
+        payout_address: None,
+        accepted_assets: Some(requested),
+    };
+    change(tx, chains, merchant, update).await
 }
 
 /// The name payers see for `merchant`, if it set one.

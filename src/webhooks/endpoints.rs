@@ -258,6 +258,15 @@ pub async fn show(
         .ok_or_else(|| not_found(id))
 }
 
+/// `merchant`'s endpoint `id`, shown without its secret.
+pub async fn endpoint_of(
+    conn: &mut PgConnection,
+    merchant: &MerchantId,
+    id: &str,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    Ok(find(conn, merchant, id).await?.map(|row| row.shown(false)))
+}
+
 async fn find(
     conn: &mut PgConnection,
     merchant: &MerchantId,

@@ -386,6 +386,38 @@ async fn roles_are_enforced_by_the_server_for_every_action() {
         assert_eq!(refused.status, 403);
     }
     assert_eq!(keys().await, keys_before);
+    // The merchant's settings are an owner's: the payout address and the accepted assets too.
+    let payout = [
+        ("display_name", "Mine"),
+        (
+            "payout_address",
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        ),
+    ];
+    let asset = [
+        ("do", "add"),
+        ("chain", "evm:31337"),
+        ("token", "0x5FbDB2315678afecb367f032d93F642f64180aa3"),
+        ("currency", "usd"),
+    ];
+    let settings_rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM merchants")
+            .fetch_one(&app.db)
+            .await
+            .unwrap()
+    };
+    let settings_before = settings_rows().await;
+    for browser in [&mut viewer, &mut developer] {
+        let settings = "/dashboard/settings";
+        assert_eq!(browser.act(settings, settings, &payout).await.status, 403);
+        let assets = "/dashboard/settings/assets";
+        assert_eq!(browser.act(settings, assets, &asset).await.status, 403);
+    }
+    assert_eq!(
+        settings_rows().await,
+        settings_before,
+        "no settings were written"
+    );
 
     let created = developer
         .act("/dashboard/api-keys", "/dashboard/api-keys", &[])

@@ -13,6 +13,8 @@ import { createServer } from "node:http";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { chromium } from "playwright-core";
+import { parse as parseCsv } from "csv-parse/sync";
+import { Webhook } from "standardwebhooks";
 import { root, until, startChain, startApi, PAYER, MERCHANT, DEVNET_USD, freePort } from "../node/stack.mjs";
 import { withWallet } from "./wallet.mjs";
 
@@ -106,7 +108,11 @@ let paid, open, hostile;
 before(async () => {
   assert.ok(existsSync(chromiumPath), `${chromiumPath} is missing: apt-get install chromium`);
   chain = await startChain();
-  api = await startApi("dashboard", chain);
+  // Webhooks to a receiver on this machine; a delivery fails at its first failed attempt, so the
+  // suite can resend one without waiting out three days of retries.
+  api = await startApi("dashboard", chain, {
+    WEBHOOK_ALLOW_HTTP: "true", WEBHOOK_ALLOW_PRIVATE_NETWORKS: "true", WEBHOOK_RETRY_FOR_SECONDS: "0",
+  });
   base = api.base;
   browser = await chromium.launch({
     executablePath: chromiumPath,
@@ -306,5 +312,90 @@ test("an owner refunds part of a paid intent, signed in the browser by the paid 
   assert.equal(second.headers().location, first.headers().location, "the second submit shows the first one's refund");
   const { body } = await merchant("GET", `/v1/refunds?payment_intent=${refunded.id}`);
   assert.equal(body.data.length, 2, JSON.stringify(body));
+  await context.close();
+});
+
+test("a developer resends a failed delivery to a real receiver, which verifies it; an owner exports payments and sets the accepted assets", async () => {
+  // A receiver that refuses until told otherwise, keeping every request it was sent.
+  const received = [];
+  let answer = 500;
+  const port = await freePort();
+  const receiver = createServer((request, response) => {
+    const chunks = [];
+    request.on("data", (c) => chunks.push(c));
+    request.on("end", () => {
+      received.push({ headers: request.headers, body: Buffer.concat(chunks).toString("utf8") });
+      response.statusCode = answer;
+      response.end();
+    });
+  }).listen(port, "127.0.0.1");
+  try {
+    const { page, context } = await signIn("dev@kaffa.example");
+    await page.goto(`${base}/dashboard/webhooks`);
+    await page.getByLabel("URL").fill(`http://127.0.0.1:${port}/hooks`);
+    await page.getByRole("button", { name: "Add endpoint" }).click();
+    const secret = (await page.locator("code.secret").textContent()).trim();
+    assert.match(secret, /^whsec_/);
+    await page.getByRole("link", { name: `http://127.0.0.1:${port}/hooks` }).click();
+    await page.getByRole("button", { name: "Send test event" }).click();
+    await page.getByRole("status").waitFor();
+    await until("the receiver to refuse the test event", async () => received.length === 1);
+    const event = JSON.parse(received[0].body);
+    assert.equal(event.type, "webhook_endpoint.test");
+    const resend = page.getByRole("button", { name: `Resend ${event.id}` });
+    await until("the delivery to be shown failed", async () => {
+      await page.reload();
+      return (await resend.count()) === 1;
+    });
+    assert.equal(await page.getByRole("cell", { name: "500", exact: true }).count(), 1, "the receiver's answer is shown");
+    await walk(page, "endpoint", /^http:\/\/127\.0\.0\.1/);
+    answer = 204;
+    await resend.click();
+    await page.getByRole("status").waitFor();
+    await until("the resent delivery to arrive", async () => received.length === 2);
+    assert.equal(received[1].headers["webhook-id"], received[0].headers["webhook-id"], "resent as the same message");
+    const verified = new Webhook(secret).verify(received[1].body, received[1].headers);
+    assert.equal(verified.id, event.id);
+    await until("the delivery to be shown delivered", async () => {
+      await page.reload();
+      return (await resend.count()) === 0 && (await page.getByText("delivered").count()) > 0;
+    });
+    await context.close();
+  } finally {
+    receiver.close();
+  }
+
+  const { page, context } = await signIn("owner@kaffa.example");
+  await page.goto(`${base}/dashboard/export`);
+  await page.getByLabel("What").selectOption("payments");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: "Download CSV" }).click()]);
+  assert.match(download.suggestedFilename(), /\.csv$/);
+  const rows = parseCsv(readFileSync(await download.path(), "utf8"), { columns: true });
+  const row = rows.find((r) => r.id === paid.id);
+  assert.ok(row, `${paid.id} is in the export`);
+  assert.equal(row.state, "succeeded");
+  assert.equal(row.amount, "25.00");
+  assert.equal(row.amount_base_units, "25000000");
+  assert.match(row.transaction_hash, /^0x[0-9a-f]{64}$/);
+
+  await page.goto(`${base}/dashboard/settings`);
+  await page.getByLabel("Payout address").fill(MERCHANT.toLowerCase());
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("status").waitFor();
+  assert.equal(await page.getByLabel("Payout address").inputValue(), MERCHANT, "stored checksummed");
+  await page.getByLabel("Token contract address").fill(DEVNET_USD);
+  await page.getByLabel("Currency").selectOption("usd");
+  await page.getByRole("button", { name: "Add asset" }).click();
+  await page.getByRole("status").waitFor();
+  const accepted = (await merchant("GET", "/v1/merchant")).body;
+  assert.equal(accepted.payout_address, MERCHANT);
+  assert.deepEqual(accepted.accepted_assets.map((a) => [a.chain, a.token, a.currency]), [["evm:31337", DEVNET_USD, "usd"]]);
+  await walk(page, "settings-assets", /^Settings$/);
+  await page.getByRole("button", { name: "Remove dUSD evm:31337 USD" }).click();
+  await page.getByRole("status").waitFor();
+  assert.deepEqual((await merchant("GET", "/v1/merchant")).body.accepted_assets, []);
+  await page.goto(`${base}/dashboard/audit`);
+  await page.getByText("merchant.accepted_asset.remove").waitFor();
+  await page.getByText("merchant.payout_address").waitFor();
   await context.close();
 });
