@@ -9,14 +9,16 @@ use axum::body::{Body, Bytes};
 use time::{Date, OffsetDateTime, Time};
 use tokio::sync::mpsc;
 
+use sqlx::PgConnection;
+
 use crate::{
     auth::MerchantId,
     db::Pool,
     intents::{
         domain::Chain,
-        repo::{self, Cursor},
+        repo::{self, Cursor, PaymentIntent},
     },
-    ledger,
+    ledger::{self, ExportedPosting},
     rails::tokens::{self, in_units},
 };
 
@@ -83,9 +85,27 @@ impl Range {
 pub fn body(pool: Pool, merchant: MerchantId, kind: Kind, range: Range) -> Body {
     let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
+        let decimals = Decimals(HashMap::new());
         let written = match kind {
-            Kind::Payments => payments(&pool, &merchant, range, &sender).await,
-            Kind::Ledger => postings(&pool, &merchant, range, &sender).await,
+            Kind::Payments => {
+                let table = Payments {
+                    merchant,
+                    range,
+                    after: None,
+                    finished: false,
+                    decimals,
+                };
+                write(&pool, table, &sender).await
+            }
+            Kind::Ledger => {
+                let table = Postings {
+                    merchant,
+                    range,
+                    after: 0,
+                    decimals,
+                };
+                write(&pool, table, &sender).await
+            }
         };
         if let Err(e) = written {
             tracing::error!(error = %e, "the export stopped early");
@@ -119,7 +139,7 @@ struct Decimals(HashMap<(String, String), Option<u8>>);
 impl Decimals {
     async fn of(
         &mut self,
-        conn: &mut sqlx::PgConnection,
+        conn: &mut PgConnection,
         chain: &str,
         token: &str,
     ) -> Result<Option<u8>, sqlx::Error> {
@@ -155,14 +175,48 @@ fn rfc3339(at: OffsetDateTime) -> String {
         .unwrap_or_default()
 }
 
-async fn payments(
-    pool: &Pool,
-    merchant: &MerchantId,
-    range: Range,
-    sender: &Sender,
-) -> anyhow::Result<()> {
+/// One kind of export: its header, and its rows read a batch at a time, each as CSV fields.
+trait Table {
+    type Row;
+    const HEADER: &'static [&'static str];
+    /// The batch after the last one read; empty once every row was read.
+    async fn next_batch(&mut self, conn: &mut PgConnection) -> sqlx::Result<Vec<Self::Row>>;
+    async fn fields(
+        &mut self,
+        conn: &mut PgConnection,
+        row: &Self::Row,
+    ) -> sqlx::Result<Vec<String>>;
+}
+
+/// Writes `table` batch after batch, each sent as it is written, until the rows or the client
+/// are gone.
+async fn write<T: Table>(pool: &Pool, mut table: T, sender: &Sender) -> anyhow::Result<()> {
     let mut writer = batch_writer();
-    writer.write_record([
+    writer.write_record(T::HEADER)?;
+    loop {
+        let mut conn = pool.acquire().await?;
+        let batch = table.next_batch(&mut conn).await?;
+        for row in &batch {
+            writer.write_record(table.fields(&mut conn, row).await?)?;
+        }
+        if !flush(&mut writer, sender).await? || batch.is_empty() {
+            return Ok(());
+        }
+    }
+}
+
+/// The merchant's intents created in the range, oldest first.
+struct Payments {
+    merchant: MerchantId,
+    range: Range,
+    after: Option<Cursor>,
+    finished: bool,
+    decimals: Decimals,
+}
+
+impl Table for Payments {
+    type Row = PaymentIntent;
+    const HEADER: &'static [&'static str] = &[
         "id",
         "created_at",
         "state",
@@ -177,71 +231,72 @@ async fn payments(
         "amount_refunded_base_units",
         "transaction_hash",
         "block_number",
-    ])?;
-    let mut decimals = Decimals(HashMap::new());
-    let mut after: Option<Cursor> = None;
-    loop {
-        let mut conn = pool.acquire().await?;
-        let batch = repo::created_between(
-            &mut conn,
-            merchant,
-            range.start(),
-            range.end(),
-            after.as_ref(),
-            BATCH,
-        )
-        .await?;
-        for intent in &batch {
-            // An order not yet paid has a price in its currency, not base units of a token.
-            let (amount, base_units) = match (&intent.chain, &intent.token, intent.currency) {
-                (Some(chain), Some(token), None) => {
-                    let d = decimals.of(&mut conn, chain, token).await?;
-                    (units(&intent.amount, d), intent.amount.clone())
-                }
-                _ => (intent.amount.clone(), String::new()),
-            };
-            let settlement = intent.settlement.as_ref().map(|s| &s.0);
-            let created_at = rfc3339(intent.created_at);
-            let block = settlement
-                .map(|s| s.block_number.to_string())
-                .unwrap_or_default();
-            writer.write_record([
-                intent.id.as_str(),
-                created_at.as_str(),
-                intent.state.as_str(),
-                intent.chain.as_deref().unwrap_or(""),
-                intent.token.as_deref().unwrap_or(""),
-                amount.as_str(),
-                base_units.as_str(),
-                intent.currency.map(|c| c.as_str()).unwrap_or(""),
-                intent.payment_method.map(|m| m.as_str()).unwrap_or(""),
-                intent.payer.as_deref().unwrap_or(""),
-                intent.deposit_address.as_deref().unwrap_or(""),
-                intent.amount_refunded.as_str(),
-                settlement
-                    .map(|s| s.transaction_hash.as_str())
-                    .unwrap_or(""),
-                block.as_str(),
-            ])?;
+    ];
+
+    async fn next_batch(&mut self, conn: &mut PgConnection) -> sqlx::Result<Vec<PaymentIntent>> {
+        if self.finished {
+            return Ok(Vec::new());
         }
-        if !flush(&mut writer, sender).await? || (batch.len() as i64) < BATCH {
-            return Ok(());
-        }
-        after = batch.last().map(|i| Cursor {
+        let (from, to) = (self.range.start(), self.range.end());
+        let batch =
+            repo::created_between(conn, &self.merchant, from, to, self.after.as_ref(), BATCH)
+                .await?;
+        // A short batch is the last: no statement is spent to learn that nothing follows.
+        self.finished = (batch.len() as i64) < BATCH;
+        self.after = batch.last().map(|i| Cursor {
             created_at: i.created_at,
             id: i.id.clone(),
         });
+        Ok(batch)
+    }
+
+    async fn fields(
+        &mut self,
+        conn: &mut PgConnection,
+        intent: &PaymentIntent,
+    ) -> sqlx::Result<Vec<String>> {
+        // An order not yet paid has a price in its currency, not base units of a token.
+        let (amount, base_units) = match (&intent.chain, &intent.token, intent.currency) {
+            (Some(chain), Some(token), None) => {
+                let d = self.decimals.of(conn, chain, token).await?;
+                (units(&intent.amount, d), intent.amount.clone())
+            }
+            _ => (intent.amount.clone(), String::new()),
+        };
+        let settlement = intent.settlement.as_ref().map(|s| &s.0);
+        let text = |value: Option<&str>| value.unwrap_or("").to_owned();
+        Ok(vec![
+            intent.id.clone(),
+            rfc3339(intent.created_at),
+            intent.state.as_str().to_owned(),
+            text(intent.chain.as_deref()),
+            text(intent.token.as_deref()),
+            amount,
+            base_units,
+            text(intent.currency.map(|c| c.as_str())),
+            text(intent.payment_method.map(|m| m.as_str())),
+            text(intent.payer.as_deref()),
+            text(intent.deposit_address.as_deref()),
+            intent.amount_refunded.clone(),
+            text(settlement.map(|s| s.transaction_hash.as_str())),
+            settlement
+                .map(|s| s.block_number.to_string())
+                .unwrap_or_default(),
+        ])
     }
 }
 
-async fn postings(
-    pool: &Pool,
-    merchant: &MerchantId,
+/// The postings of the merchant's ledger entries booked in the range, entry by entry.
+struct Postings {
+    merchant: MerchantId,
     range: Range,
-    sender: &Sender,
-) -> anyhow::Result<()> {
-    let mut writer = batch_writer();
-    writer.write_record([
+    after: i64,
+    decimals: Decimals,
+}
+
+impl Table for Postings {
+    type Row = ExportedPosting;
+    const HEADER: &'static [&'static str] = &[
         "entry_id",
         "created_at",
         "kind",
@@ -254,49 +309,42 @@ async fn postings(
         "token",
         "amount",
         "amount_base_units",
-    ])?;
-    let mut decimals = Decimals(HashMap::new());
-    let mut after = 0;
-    loop {
-        let mut conn = pool.acquire().await?;
-        let batch = ledger::postings_between(
-            &mut conn,
-            merchant.as_str(),
-            range.start(),
-            range.end(),
-            after,
-            BATCH,
-        )
-        .await?;
-        for posting in &batch {
-            let d = decimals
-                .of(&mut conn, &posting.chain, &posting.token)
-                .await?;
-            let (entry, created_at) = (posting.entry_id.to_string(), rfc3339(posting.created_at));
-            let (log_index, amount) = (posting.log_index.to_string(), units(&posting.amount, d));
-            writer.write_record([
-                entry.as_str(),
-                created_at.as_str(),
-                posting.kind.as_str(),
-                posting.intent_id.as_str(),
-                posting.refund_id.as_deref().unwrap_or(""),
-                posting.chain.as_str(),
-                posting.transaction_hash.as_str(),
-                log_index.as_str(),
-                posting.account.as_str(),
-                posting.token.as_str(),
-                amount.as_str(),
-                posting.amount.as_str(),
-            ])?;
+    ];
+
+    async fn next_batch(&mut self, conn: &mut PgConnection) -> sqlx::Result<Vec<ExportedPosting>> {
+        let (from, to) = (self.range.start(), self.range.end());
+        // Limited by entries, not postings, so an entry's postings are never split.
+        let merchant = self.merchant.as_str();
+        let batch = ledger::postings_between(conn, merchant, from, to, self.after, BATCH).await?;
+        if let Some(last) = batch.last() {
+            self.after = last.entry_id;
         }
-        let last = batch.last().map(|p| p.entry_id);
-        if !flush(&mut writer, sender).await? {
-            return Ok(());
-        }
-        match last {
-            Some(last) => after = last,
-            None => return Ok(()),
-        }
+        Ok(batch)
+    }
+
+    async fn fields(
+        &mut self,
+        conn: &mut PgConnection,
+        posting: &ExportedPosting,
+    ) -> sqlx::Result<Vec<String>> {
+        let d = self
+            .decimals
+            .of(conn, &posting.chain, &posting.token)
+            .await?;
+        Ok(vec![
+            posting.entry_id.to_string(),
+            rfc3339(posting.created_at),
+            posting.kind.clone(),
+            posting.intent_id.clone(),
+            posting.refund_id.clone().unwrap_or_default(),
+            posting.chain.clone(),
+            posting.transaction_hash.clone(),
+            posting.log_index.to_string(),
+            posting.account.clone(),
+            posting.token.clone(),
+            units(&posting.amount, d),
+            posting.amount.clone(),
+        ])
     }
 }
 

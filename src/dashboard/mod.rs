@@ -9,7 +9,8 @@
 //! - `pages`: the HTML (escaped by construction) and `text`: its words in both languages
 //! - `export`: payments and ledger postings as CSV
 //! - `forms`: one-time ids for forms that must act once (a refund)
-//! - `routes`: the handlers
+//! - `routes`: the handlers, a file per section; a change made from a page commits only with
+//!   its audit line (`web::Change`)
 
 pub mod export;
 pub mod forms;

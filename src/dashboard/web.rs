@@ -20,7 +20,14 @@ use super::{
     sessions::{self, COOKIE, Session},
     text::{self, Text},
 };
-use crate::{db::Pool, error::ApiError, intents::routes::PublicBaseUrl};
+use sqlx::PgConnection;
+
+use crate::{
+    audit,
+    db::{OpenTransaction, Pool},
+    error::ApiError,
+    intents::routes::PublicBaseUrl,
+};
 
 /// Own script, style and forms, nothing else; never framed.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -165,10 +172,54 @@ impl Signed {
         crate::audit::Who::user(&self.session.user.email, self.address.clone())
     }
 
+    /// A change this person makes: a transaction that commits only with its audit line.
+    pub async fn change(&self, pool: &Pool) -> Result<Change<'_>, PageError> {
+        Ok(Change {
+            tx: OpenTransaction::begin_on_pool(pool).await?,
+            signed: self,
+        })
+    }
+
     pub fn merchant(&self) -> crate::auth::MerchantId {
         // A user's merchant id passed the same rule when it was stored (the table's CHECK).
         crate::auth::MerchantId::parse(self.session.merchant())
             .expect("a stored merchant id is valid")
+    }
+}
+
+/// A change made from the dashboard: its transaction, committed only by [`Change::done`], which
+/// writes the audit line in it first, so no change from a page is kept without its line.
+pub struct Change<'a> {
+    tx: OpenTransaction,
+    signed: &'a Signed,
+}
+
+impl Change<'_> {
+    /// One more audit line in the change's transaction (a change that did two things).
+    pub async fn record(&mut self, action: &str, target: Option<&str>) -> Result<(), PageError> {
+        let merchant = self.signed.session.merchant();
+        audit::record(&mut self.tx, merchant, &self.signed.who(), action, target).await?;
+        Ok(())
+    }
+
+    /// The audit line, then the commit.
+    pub async fn done(mut self, action: &str, target: Option<&str>) -> Result<(), PageError> {
+        self.record(action, target).await?;
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Change<'_> {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for Change<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
     }
 }
 
