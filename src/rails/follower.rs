@@ -10,6 +10,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     future::Future,
+    sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
@@ -32,7 +33,9 @@ use crate::{
 };
 
 /// Blocks followed per tick, in one `eth_getLogs` range, so one tick stays short after an outage
-/// and within what public nodes serve per call; the rest waits a tick.
+/// and within what public nodes serve per call; the rest waits a tick. A node that refuses a
+/// range (too wide, too many results) gets half of it until it answers, then twice that per
+/// tick back up to this ([`Follower::tick`]).
 const MAX_BLOCKS_PER_TICK: u64 = 500;
 /// Blocks kept below the confirmation depth to detect a reorg reaching that deep.
 const KEPT_BELOW_CONFIRMED: i64 = 64;
@@ -371,6 +374,9 @@ pub struct Follower<W> {
     node: Node,
     confirmations: u64,
     watch: W,
+    /// Blocks asked for in one `eth_getLogs` now: at most [`MAX_BLOCKS_PER_TICK`], less while
+    /// the node refuses wider ranges.
+    span: AtomicU64,
 }
 
 impl<W: Watch> Follower<W> {
@@ -381,6 +387,7 @@ impl<W: Watch> Follower<W> {
             node,
             confirmations,
             watch,
+            span: AtomicU64::new(MAX_BLOCKS_PER_TICK),
         }
     }
 }
@@ -414,6 +421,9 @@ pub enum FollowError {
     /// A watch met what it does not expect; the unit is done again later, the cursor kept.
     #[error("{0}")]
     Watch(String),
+    /// The node refused an `eth_getLogs` for its range; a narrower one is asked next.
+    #[error("the node refused the block range: {0}")]
+    RangeRefused(ChainError),
 }
 
 /// Why a watch did not apply an observation. Either way nothing of the unit is committed, and the
@@ -486,11 +496,28 @@ impl<W: Watch> Follower<W> {
             None => self.start(conn, head).await?,
         };
         cursor = self.rewind_if_reorged(conn, cursor).await?;
-        if (cursor.number as u64) < head {
-            let until = head.min(cursor.number as u64 + MAX_BLOCKS_PER_TICK);
-            // None: a reorg or another replica moved on; the next tick starts from the stored cursor.
-            if let Some(next) = self.follow(conn, &cursor, until).await? {
-                cursor = next;
+        while (cursor.number as u64) < head {
+            let span = self.span.load(Ordering::Relaxed);
+            let until = head.min(cursor.number as u64 + span);
+            match self.follow(conn, &cursor, until).await {
+                // None: a reorg or another replica moved on; the next tick starts from the
+                // stored cursor.
+                Ok(next) => {
+                    if let Some(next) = next {
+                        cursor = next;
+                    }
+                    self.set_span(span.saturating_mul(2).min(MAX_BLOCKS_PER_TICK));
+                    break;
+                }
+                // Half the range, from the same cursor: no block is skipped, none read twice.
+                Err(FollowError::RangeRefused(why)) if until > cursor.number as u64 + 1 => {
+                    let narrower = ((until - cursor.number as u64) / 2).max(1);
+                    metrics::counter!(names::CHAIN_LOGS_RANGE_REFUSALS, "chain" => label.clone())
+                        .increment(1);
+                    tracing::warn!(chain = %label, blocks = until - cursor.number as u64, narrower, "the node refused the eth_getLogs range; asking for less: {why}");
+                    self.set_span(narrower);
+                }
+                Err(e) => return Err(e),
             }
         }
         metrics::gauge!(names::CHAIN_LISTENER_LAG, "chain" => label)
@@ -510,6 +537,12 @@ impl<W: Watch> Follower<W> {
             .await?;
         }
         Ok(())
+    }
+
+    fn set_span(&self, blocks: u64) {
+        self.span.store(blocks, Ordering::Relaxed);
+        metrics::gauge!(names::CHAIN_LOGS_RANGE, "chain" => self.chain.name.clone())
+            .set(blocks as f64);
     }
 
     /// The first cursor: a little below the head, after checking the node serves the chain.
@@ -704,7 +737,11 @@ impl<W: Watch> Follower<W> {
             } else {
                 self.node
                     .get_logs(&filter.clone().from_block(from).to_block(until))
-                    .await?
+                    .await
+                    .map_err(|e| match super::rpc::is_range_refusal(&e) {
+                        true => FollowError::RangeRefused(e.into()),
+                        false => e.into(),
+                    })?
                     .iter()
                     .filter_map(|log| log.block_number)
                     .filter(|number| (from..=until).contains(number))

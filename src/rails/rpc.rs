@@ -95,6 +95,35 @@ impl From<alloy::contract::Error> for ChainError {
     }
 }
 
+/// Whether `error` is a node refusing an `eth_getLogs` for its range: too many blocks, too many
+/// results or too large an answer, in the words of the large providers (Infura, Alchemy,
+/// QuickNode, public and OP-stack nodes) or as HTTP 413. A narrower range is then served.
+pub fn is_range_refusal(error: &TransportError) -> bool {
+    /// Lower-cased pieces of their messages, e.g. "query returned more than 10000 results",
+    /// "Log response size exceeded…", "block range is too wide", "exceed maximum block range:
+    /// 50000", "eth_getLogs is limited to a 10,000 range", "block range too large".
+    const WORDINGS: &[&str] = &[
+        "returned more than",
+        "response size exceeded",
+        "range is too wide",
+        "maximum block range",
+        "is limited to a",
+        "range too large",
+        "range is too large",
+        "too many results",
+        "query timeout exceeded",
+    ];
+    match error {
+        alloy::transports::RpcError::Transport(
+            alloy::transports::TransportErrorKind::HttpError(http),
+        ) => http.status == 413,
+        _ => error.as_error_resp().is_some_and(|payload| {
+            let message = payload.message.to_lowercase();
+            WORDINGS.iter().any(|w| message.contains(w))
+        }),
+    }
+}
+
 /// The chain id the node serves.
 pub async fn chain_id(node: &Node) -> Result<u64, ChainError> {
     Ok(node.get_chain_id().await?)

@@ -18,6 +18,7 @@ mod operations;
 mod orders;
 mod permit2;
 mod pool;
+mod providers;
 mod refunds;
 mod security;
 mod settlement;

@@ -3,6 +3,9 @@
 //! transaction it sends SIGKILL to the process it is aimed at (with a probability) instead of
 //! passing the answer back. The crash a relayer must survive, injected from outside the process.
 //! Also used by the chaos run (`examples/chaos`).
+//!
+//! It also refuses, when told to, every `eth_getLogs` over more blocks than a cap, as hosted
+//! providers do, in their own words in turn (or HTTP 413), and keeps the widest range it served.
 
 use std::sync::{
     Arc,
@@ -20,7 +23,24 @@ struct Aim {
     /// The chance of a kill per broadcast, as `f64` bits.
     probability: Arc<AtomicU64>,
     kills: Arc<AtomicU64>,
+    /// The widest `eth_getLogs` range served, in blocks; 0 for no cap.
+    range_cap: Arc<AtomicU64>,
+    range_refusals: Arc<AtomicU64>,
+    widest_range_served: Arc<AtomicU64>,
 }
+
+/// How the large providers refuse an `eth_getLogs` range (JSON-RPC code and message; `None`: the
+/// answer is HTTP 413), given in turn.
+const RANGE_REFUSALS: &[Option<(i64, &str)>] = &[
+    Some((-32005, "query returned more than 10000 results")),
+    Some((
+        -32602,
+        "Log response size exceeded. You can make eth_getLogs requests with up to a 2K block range and no limit on the response size, or you can request any block range with a cap of 10K logs in the response.",
+    )),
+    Some((-32000, "block range is too wide")),
+    Some((-32000, "exceed maximum block range: 50000")),
+    None,
+];
 
 pub struct RpcFaultProxy {
     /// What to give the app as its chain's RPC URL.
@@ -37,6 +57,9 @@ impl RpcFaultProxy {
             victim: Arc::default(),
             probability: Arc::default(),
             kills: Arc::default(),
+            range_cap: Arc::default(),
+            range_refusals: Arc::default(),
+            widest_range_served: Arc::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -66,9 +89,53 @@ impl RpcFaultProxy {
     pub fn kills(&self) -> u64 {
         self.aim.kills.load(Ordering::SeqCst)
     }
+
+    /// From now on, an `eth_getLogs` over more than `blocks` blocks is refused.
+    pub fn cap_log_ranges(&self, blocks: u64) {
+        self.aim.range_cap.store(blocks, Ordering::SeqCst);
+    }
+
+    /// How many `eth_getLogs` ranges it refused so far.
+    pub fn range_refusals(&self) -> u64 {
+        self.aim.range_refusals.load(Ordering::SeqCst)
+    }
+
+    /// The widest `eth_getLogs` block range it passed to the node.
+    pub fn widest_range_served(&self) -> u64 {
+        self.aim.widest_range_served.load(Ordering::SeqCst)
+    }
+}
+
+/// The block range of an `eth_getLogs` request (`fromBlock` and `toBlock` as numbers), in blocks,
+/// and its JSON-RPC id; `None` for any other request.
+fn logs_range(body: &[u8]) -> Option<(u64, serde_json::Value)> {
+    let request: serde_json::Value = serde_json::from_slice(body).ok()?;
+    if request["method"] != "eth_getLogs" {
+        return None;
+    }
+    let number = |field: &str| {
+        let hex = request["params"][0][field].as_str()?.strip_prefix("0x")?;
+        u64::from_str_radix(hex, 16).ok()
+    };
+    let blocks = number("toBlock")?.checked_sub(number("fromBlock")?)? + 1;
+    Some((blocks, request["id"].clone()))
 }
 
 async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Response {
+    if let Some((blocks, id)) = logs_range(&body) {
+        let cap = aim.range_cap.load(Ordering::SeqCst);
+        if cap != 0 && blocks > cap {
+            let turn = aim.range_refusals.fetch_add(1, Ordering::SeqCst) as usize;
+            return match RANGE_REFUSALS[turn % RANGE_REFUSALS.len()] {
+                Some((code, message)) => axum::Json(serde_json::json!({
+                    "jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}
+                }))
+                .into_response(),
+                None => (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response(),
+            };
+        }
+        aim.widest_range_served.fetch_max(blocks, Ordering::SeqCst);
+    }
     let answer = aim
         .client
         .post(&aim.upstream)
