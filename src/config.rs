@@ -54,6 +54,9 @@ pub enum Command {
         /// Transfers in the newest blocks are not compared until they have these confirmations.
         #[arg(long, env = "CHAIN_CONFIRMATIONS", default_value_t = 12)]
         confirmations: u64,
+        /// Per chain, as for `serve`: a chain it names is compared up to its done block instead.
+        #[arg(long, env = "CHAIN_FINALITY")]
+        chain_finality: Option<String>,
         #[command(flatten)]
         database: DatabaseArgs,
     },
@@ -276,6 +279,12 @@ pub struct ServeArgs {
     #[arg(long, env = "DEPOSIT_FACTORIES")]
     pub deposit_factories: Option<String>,
 
+    /// When a block is done, per chain: "evm:<chain id>=<confirmations|safe|finalized>[,...]"
+    /// (`safe` and `finalized`: the node's own heads of those names). A chain it does not name
+    /// takes `CHAIN_CONFIRMATIONS`.
+    #[arg(long, env = "CHAIN_FINALITY")]
+    pub chain_finality: Option<String>,
+
     /// How much less than its amount a deposit intent may receive and still succeed, in basis
     /// points of the amount (0 to 9999; 0: the whole amount must arrive).
     #[arg(long, env = "DEPOSIT_UNDERPAYMENT_TOLERANCE_BPS", default_value_t = 0)]
@@ -398,6 +407,13 @@ impl SettlementSettings {
         }
     }
 
+    /// When a block of `chain` is done: its own finality, else `CHAIN_CONFIRMATIONS`.
+    pub fn finality_of(&self, chain: &ChainEndpoint) -> Finality {
+        chain
+            .finality
+            .unwrap_or(Finality::Confirmations(self.confirmations))
+    }
+
     /// The served chain an intent names (`evm:<id>`), if settlement serves it.
     pub fn chain(&self, name: &str) -> Option<&ChainEndpoint> {
         self.chains.iter().find(|chain| chain.name == name)
@@ -428,6 +444,33 @@ impl std::fmt::Debug for SettlementSettings {
     }
 }
 
+/// When a block is done on a chain (`CHAIN_FINALITY`; `rails::finality`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finality {
+    /// This many confirmations; the block itself is the first.
+    Confirmations(u64),
+    /// The node's `safe` head.
+    Safe,
+    /// The node's `finalized` head.
+    Finalized,
+}
+
+impl Finality {
+    /// `12`, `safe` or `finalized`.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match raw.trim() {
+            "safe" => Ok(Self::Safe),
+            "finalized" => Ok(Self::Finalized),
+            count => match count.parse::<u64>() {
+                Ok(0) | Err(_) => Err(format!(
+                    "{count:?} is not a number of confirmations (at least 1), safe or finalized"
+                )),
+                Ok(n) => Ok(Self::Confirmations(n)),
+            },
+        }
+    }
+}
+
 /// One chain that settlement serves: `evm:<id>` and the JSON-RPC URL of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainEndpoint {
@@ -437,6 +480,8 @@ pub struct ChainEndpoint {
     pub rpc_url: url::Url,
     /// The deposit-address factory here, if this chain offers deposit addresses.
     pub deposit_factory: Option<alloy::primitives::Address>,
+    /// When a block is done here (`CHAIN_FINALITY`); `None`: `CHAIN_CONFIRMATIONS`.
+    pub finality: Option<Finality>,
 }
 
 /// Parses `evm:<chain id>=<rpc url>[,...]`; blanks around entries are ignored.
@@ -463,6 +508,7 @@ pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
             id,
             rpc_url,
             deposit_factory: None,
+            finality: None,
         });
     }
     Ok(chains)
@@ -486,6 +532,27 @@ pub fn with_deposit_factories(
             format!("DEPOSIT_FACTORIES: the factory of {name} must be 0x + 40 hex digits")
         })?;
         chain.deposit_factory = Some(factory);
+    }
+    Ok(chains)
+}
+
+/// Sets each chain's finality from `CHAIN_FINALITY`, `evm:<chain id>=<confirmations|safe|finalized>[,...]`;
+/// a chain it does not name keeps `CHAIN_CONFIRMATIONS`.
+pub fn with_finality(
+    mut chains: Vec<ChainEndpoint>,
+    spec: &str,
+) -> anyhow::Result<Vec<ChainEndpoint>> {
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, finality) = entry.split_once('=').with_context(|| {
+            format!("CHAIN_FINALITY entry {entry:?} must look like evm:<chain id>=<confirmations|safe|finalized>")
+        })?;
+        let chain = chains
+            .iter_mut()
+            .find(|c| c.name == name.trim())
+            .with_context(|| format!("CHAIN_FINALITY names {name}, which CHAINS does not"))?;
+        let finality = Finality::parse(finality)
+            .map_err(|why| anyhow::anyhow!("CHAIN_FINALITY for {name}: {why}"))?;
+        chain.finality = Some(finality);
     }
     Ok(chains)
 }
@@ -590,9 +657,12 @@ impl ServeArgs {
                 deliver: self.webhook_delivery,
             },
             settlement: SettlementSettings {
-                chains: with_deposit_factories(
-                    parse_chains(self.chains.as_deref().unwrap_or(""))?,
-                    self.deposit_factories.as_deref().unwrap_or(""),
+                chains: with_finality(
+                    with_deposit_factories(
+                        parse_chains(self.chains.as_deref().unwrap_or(""))?,
+                        self.deposit_factories.as_deref().unwrap_or(""),
+                    )?,
+                    self.chain_finality.as_deref().unwrap_or(""),
                 )?,
                 confirmations: self.chain_confirmations.max(1),
                 poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
@@ -715,6 +785,23 @@ mod tests {
             factory.to_owned(),
         ] {
             assert!(with_deposit_factories(chains(), &bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn finality_is_a_count_or_a_tag_per_served_chain() {
+        assert_eq!(Finality::parse("12"), Ok(Finality::Confirmations(12)));
+        assert_eq!(Finality::parse(" finalized"), Ok(Finality::Finalized));
+        assert_eq!(Finality::parse("safe"), Ok(Finality::Safe));
+        for bad in ["0", "-1", "latest", "", "12 blocks"] {
+            assert!(Finality::parse(bad).is_err(), "{bad}");
+        }
+        let chains = || parse_chains("evm:31337=http://127.0.0.1:8545, evm:1=https://x").unwrap();
+        let with = with_finality(chains(), "evm:1=finalized").unwrap();
+        assert_eq!(with[0].finality, None);
+        assert_eq!(with[1].finality, Some(Finality::Finalized));
+        for bad in ["evm:5=safe", "evm:1=latest", "evm:1"] {
+            assert!(with_finality(chains(), bad).is_err(), "{bad}");
         }
     }
 

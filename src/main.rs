@@ -65,23 +65,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             chain,
             chains,
             confirmations,
+            chain_finality,
             database,
         }) => {
             let _logs = telemetry::init(LogFormat::Pretty);
-            let endpoint = payments_api::config::parse_chains(&chains)?
-                .into_iter()
-                .find(|c| c.name == chain)
-                .ok_or_else(|| anyhow::anyhow!("CHAINS does not name {chain}"))?;
+            let chains = payments_api::config::parse_chains(&chains)?;
+            let endpoint = payments_api::config::with_finality(
+                chains,
+                chain_finality.as_deref().unwrap_or(""),
+            )?
+            .into_iter()
+            .find(|c| c.name == chain)
+            .ok_or_else(|| anyhow::anyhow!("CHAINS does not name {chain}"))?;
+            let finality =
+                endpoint
+                    .finality
+                    .unwrap_or(payments_api::config::Finality::Confirmations(
+                        confirmations.max(1),
+                    ));
             let node = payments_api::rails::rpc::connect(&endpoint.rpc_url);
             let pool = db::pool(database.url()?, 1)?;
             let mut conn = pool.acquire().await?;
-            let report = payments_api::reconcile::reconcile(
-                &mut conn,
-                &endpoint,
-                &node,
-                confirmations.max(1),
-            )
-            .await?;
+            let report =
+                payments_api::reconcile::reconcile(&mut conn, &endpoint, &node, finality).await?;
             println!(
                 "{chain}: {} payments booked, {} paid on chain up to block {}, {} refunds booked, {} refunded on chain, {} other transfers to or from merchant addresses, {} deposit-address transfers booked, {} on chain",
                 report.booked,

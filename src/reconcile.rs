@@ -16,7 +16,7 @@ use alloy::{
 use sqlx::PgConnection;
 
 use crate::{
-    config::ChainEndpoint,
+    config::{ChainEndpoint, Finality},
     intents,
     ledger::{self, Kind},
     rails::{
@@ -24,6 +24,7 @@ use crate::{
             permit2,
             token::{Eip712Token, Eip3009},
         },
+        finality,
         rpc::Node,
     },
     ways_to_pay::refunds,
@@ -79,10 +80,12 @@ pub async fn reconcile(
     conn: &mut PgConnection,
     chain: &ChainEndpoint,
     node: &Node,
-    confirmations: u64,
+    finality: Finality,
 ) -> anyhow::Result<Report> {
     let head = node.get_block_number().await?;
-    let confirmed = (head + 1).saturating_sub(confirmations);
+    let confirmed = finality::done_up_to(finality, node, head)
+        .await?
+        .unwrap_or(0);
     let mut report = Report {
         up_to_block: confirmed,
         ..Report::default()

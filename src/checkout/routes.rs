@@ -34,7 +34,7 @@ use crate::{
     idempotency::Tx,
     idempotency::{IdempotencyState, idempotency_layer},
     intents::state::Actor,
-    rails::{Chains, eip3009::AuthorizationDocument, tokens},
+    rails::{Chains, eip3009::AuthorizationDocument, finality::Finality, tokens},
     ways_to_pay::authorization::payments::{self, Choose, PayRequest},
 };
 
@@ -127,9 +127,14 @@ async fn current(
             Err(tokens::ResolveError::Database(e)) => return Err(e.into()),
         }
     }
-    Ok(view
-        .with_deposit_progress(conn, chains.settings.confirmations)
-        .await?)
+    let required = match view.chain.as_deref().and_then(|c| chains.get(c)) {
+        Some((endpoint, _)) => match chains.settings.finality_of(endpoint) {
+            Finality::Confirmations(n) => Some(n),
+            Finality::Safe | Finality::Finalized => None,
+        },
+        None => Some(chains.settings.confirmations),
+    };
+    Ok(view.with_deposit_progress(conn, required).await?)
 }
 
 /// The intent as its checkout page shows it.

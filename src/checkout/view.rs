@@ -62,6 +62,8 @@ pub struct CheckoutView {
     /// confirmations of the oldest of them (of `confirmations_required`).
     pub amount_confirming: String,
     pub confirmations: Option<u64>,
+    /// 0 on a chain where the node's own `safe` or `finalized` head says when a block is done
+    /// (`CHAIN_FINALITY`), not a count.
     pub confirmations_required: u64,
     /// The address paid.
     pub merchant: String,
@@ -207,11 +209,12 @@ pub async fn find(
 
 impl CheckoutView {
     /// Fills in how an open deposit intent is paid and how far its payment is: the payment
-    /// request for what is still due, and the transfers waiting for `required` confirmations.
+    /// request for what is still due, and the transfers waiting for `required` confirmations
+    /// (`None`: for the chain's own done head).
     pub async fn with_deposit_progress(
         mut self,
         conn: &mut PgConnection,
-        required: u64,
+        required: Option<u64>,
     ) -> Result<Self, sqlx::Error> {
         if self.state == IntentState::Created && self.selected_option.is_none() {
             self.payment_options = std::mem::take(&mut self.payment_options)
@@ -223,14 +226,14 @@ impl CheckoutView {
         else {
             return Ok(self);
         };
-        self.confirmations_required = required;
+        self.confirmations_required = required.unwrap_or(0);
         let confirming =
             deposit_address::watch::confirming(conn, &self.id, &token, self.chain_id).await?;
         self.amount_confirming = confirming.amount;
         self.confirmations = confirming
             .confirmations
             .and_then(|n| u64::try_from(n).ok())
-            .map(|n| n.min(required));
+            .map(|n| required.map_or(n, |required| n.min(required)));
         let due = match (
             self.amount.parse::<U256>(),
             self.amount_received.parse::<U256>(),

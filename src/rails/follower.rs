@@ -24,7 +24,10 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection, types::Json};
 
-use super::rpc::{ChainError, Node};
+use super::{
+    finality::{self, Finality},
+    rpc::{ChainError, Node},
+};
 use crate::{
     config::ChainEndpoint,
     db::Pool,
@@ -372,7 +375,7 @@ pub struct Follower<W> {
     pool: Pool,
     chain: ChainEndpoint,
     node: Node,
-    confirmations: u64,
+    finality: Finality,
     watch: W,
     /// Blocks asked for in one `eth_getLogs` now: at most [`MAX_BLOCKS_PER_TICK`], less while
     /// the node refuses wider ranges.
@@ -380,12 +383,12 @@ pub struct Follower<W> {
 }
 
 impl<W: Watch> Follower<W> {
-    pub fn new(pool: Pool, chain: ChainEndpoint, node: Node, confirmations: u64, watch: W) -> Self {
+    pub fn new(pool: Pool, chain: ChainEndpoint, node: Node, finality: Finality, watch: W) -> Self {
         Self {
             pool,
             chain,
             node,
-            confirmations,
+            finality,
             watch,
             span: AtomicU64::new(MAX_BLOCKS_PER_TICK),
         }
@@ -522,8 +525,12 @@ impl<W: Watch> Follower<W> {
         }
         metrics::gauge!(names::CHAIN_LISTENER_LAG, "chain" => label)
             .set(head.saturating_sub(cursor.number as u64) as f64);
-        let confirmed = cursor.number - self.confirmations as i64 + 1;
-        if confirmed >= 0 {
+        let done = finality::done_up_to(self.finality, &self.node, cursor.number as u64).await?;
+        if let Some(done) = done {
+            if !matches!(self.finality, Finality::Confirmations(_)) {
+                self.store_done_block(conn, done).await?;
+            }
+            let confirmed = done as i64;
             self.apply_confirmed(conn, confirmed).await?;
             if let Some(block) = newest_block_at_most(conn, self.chain.id, confirmed).await? {
                 self.watch.confirmed(conn, &self.chain, block).await?;
@@ -535,6 +542,29 @@ impl<W: Watch> Follower<W> {
             )
             .execute(&mut *conn)
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Stores the block the node names done, unless it is stored: its time is the confirmed
+    /// time. It is at or below the cursor, on the chain the cursor is on (a done block is not
+    /// reorged away, and the cursor was checked against the chain this tick).
+    async fn store_done_block(
+        &self,
+        conn: &mut PgConnection,
+        done: u64,
+    ) -> Result<(), FollowError> {
+        let stored = sqlx::query_scalar!(
+            "SELECT EXISTS (SELECT 1 FROM chain_blocks WHERE chain_id = $1 AND number = $2)",
+            self.chain.id as i64,
+            done as i64,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if stored != Some(true)
+            && let Some(block) = header(&self.node, done).await?
+        {
+            store_block(conn, self.chain.id, &block).await?;
         }
         Ok(())
     }
@@ -717,8 +747,12 @@ impl<W: Watch> Follower<W> {
             return Ok(None);
         }
         let mut blocks = BTreeMap::from([(first.number, first), (last.number, last)]);
-        // The block that becomes confirmed is stored too: its time is the confirmed time.
-        let confirmed = (until + 1).saturating_sub(self.confirmations);
+        // The block that becomes confirmed is stored too: its time is the confirmed time. (A
+        // chain whose node names its done block has it stored when it is read, in `tick`.)
+        let confirmed = match self.finality {
+            Finality::Confirmations(n) => (until + 1).saturating_sub(n),
+            Finality::Safe | Finality::Finalized => 0,
+        };
         if from < confirmed && confirmed < until {
             match header(&self.node, confirmed).await? {
                 Some(block) => blocks.insert(confirmed, block),

@@ -20,6 +20,7 @@
 
 pub mod eip3009;
 pub mod evm;
+pub mod finality;
 pub mod follower;
 pub mod inclusion;
 pub mod outbox;
@@ -116,7 +117,7 @@ pub fn spawn<W: Watch + Clone>(
     };
     let mut wakes: HashMap<u64, Vec<Arc<Notify>>> = HashMap::new();
     for (endpoint, node) in chains.nodes.values() {
-        let confirmations = settings.confirmations;
+        let finality = settings.finality_of(endpoint);
         workers.spawn(format!("follower of {}", endpoint.name), schedule, {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
             let watch = watch.clone();
@@ -125,7 +126,7 @@ pub fn spawn<W: Watch + Clone>(
                     pool.clone(),
                     endpoint.clone(),
                     node.clone(),
-                    confirmations,
+                    finality,
                     watch.clone(),
                 )
             }

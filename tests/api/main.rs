@@ -7,6 +7,7 @@ mod crash;
 mod dashboard;
 mod deposits;
 mod events;
+mod finality;
 mod helpers;
 mod idempotency;
 mod intents;

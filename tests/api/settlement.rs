@@ -414,7 +414,7 @@ async fn a_payer_who_cancels_the_authorization_on_chain_fails_the_intent() {
 async fn a_follower_catches_up_over_a_range_of_blocks_in_one_tick() {
     use payments_api::{
         db,
-        rails::{follower::Follower, rpc},
+        rails::{finality::Finality, follower::Follower, rpc},
         ways_to_pay::authorization::watch::PaymentWatch,
         workers::Worker,
     };
@@ -443,7 +443,7 @@ async fn a_follower_catches_up_over_a_range_of_blocks_in_one_tick() {
         db::pool(&app.database_url, 2).unwrap(),
         chain.clone(),
         rpc::connect(&chain.rpc_url),
-        1,
+        Finality::Confirmations(1),
         PaymentWatch,
     );
     follower.run_once().await.unwrap();

@@ -52,6 +52,7 @@ const STRINGS = {
     deposit_waiting: "Waiting for your transfer.",
     deposit_partial: "Received {received} of {amount}. Send the remaining {due} to the same address.",
     deposit_confirming: "{amount} seen on chain: {confirmations} of {required} confirmations.",
+    deposit_finalizing: "{amount} seen on chain: {confirmations} confirmations, waiting for the chain to finalize it.",
     deposit_overpaid: "Paid, with {overpaid} more than asked. Transaction {hash}",
     choose: "Choose how to pay",
     by_signature: "sign in your wallet",
@@ -108,6 +109,7 @@ const STRINGS = {
     deposit_waiting: "等待您的轉帳。",
     deposit_partial: "已收到 {received}，共 {amount}。請將其餘的 {due} 轉到同一個地址。",
     deposit_confirming: "鏈上已看到 {amount}：已確認 {confirmations}／{required}。",
+    deposit_finalizing: "鏈上已看到 {amount}：已確認 {confirmations} 次，等待鏈上最終確定。",
     deposit_overpaid: "已付款，比要求多了 {overpaid}。交易 {hash}",
     choose: "選擇付款方式",
     by_signature: "以錢包簽署",
@@ -304,9 +306,9 @@ function renderDeposit() {
     const source = `data:image/svg+xml;base64,${btoa(p.payment_qr_svg)}`;
     if ($("qr").src !== source) $("qr").src = source;
   }
-  $("progress").textContent = p.confirmations != null
-    ? t("deposit_confirming", { amount: units(p.amount_confirming), confirmations: p.confirmations, required: p.confirmations_required })
-    : "";
+  const progress = { amount: units(p.amount_confirming), confirmations: p.confirmations, required: p.confirmations_required };
+  $("progress").textContent = p.confirmations == null ? ""
+    : t(p.confirmations_required === 0 ? "deposit_finalizing" : "deposit_confirming", progress);
 }
 
 function renderStatus() {

@@ -169,6 +169,10 @@ class CheckoutView(ApiModel):
     """
     confirmations: Optional[int] = Field(None, ge=0)
     confirmations_required: int = Field(..., ge=0)
+    """
+    0 on a chain where the node's own `safe` or `finalized` head says when a block is done
+    (`CHAIN_FINALITY`), not a count.
+    """
     merchant: str
     """
     The address paid.

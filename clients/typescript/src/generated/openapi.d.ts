@@ -715,7 +715,11 @@ export interface components {
             amount_confirming: string;
             /** Format: int64 */
             confirmations?: number | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description 0 on a chain where the node's own `safe` or `finalized` head says when a block is done
+             *     (`CHAIN_FINALITY`), not a count.
+             */
             confirmations_required: number;
             /** @description The address paid. */
             merchant: string;
