@@ -268,6 +268,17 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAYER_REPLACE_AFTER_BLOCKS", default_value_t = 3)]
     pub relayer_replace_after_blocks: u64,
 
+    /// The most the relayer pays per gas, per chain: "evm:<chain id>=<gwei>[,...]". While the
+    /// chain's fee is above it the relayer waits (`pending_reason: gas_price_above_cap`); no
+    /// transaction or replacement offers more. A chain it does not name has no cap.
+    #[arg(long, env = "RELAYER_MAX_FEE_GWEI")]
+    pub relayer_max_fee_gwei: Option<String>,
+
+    /// A relayer key whose native balance pays fewer sends than this, at the chain's fee now, is
+    /// low: logged once (and once when it recovers) and said by `/readyz`.
+    #[arg(long, env = "RELAYER_LOW_BALANCE_SENDS", default_value_t = 20)]
+    pub relayer_low_balance_sends: u64,
+
     /// Submissions a relayer key looks at per round, of each state (queued, sent): about what
     /// one block holds, so a burst of payments goes out in one round.
     #[arg(long, env = "RELAYER_BATCH", default_value_t = 500)]
@@ -388,6 +399,8 @@ pub struct SettlementSettings {
     /// 0x + 64 hex digits; never logged.
     pub relayer_private_key: Option<String>,
     pub replace_after_blocks: u64,
+    /// Sends a relayer key's balance must pay for not to be low (`RELAYER_LOW_BALANCE_SENDS`).
+    pub low_balance_sends: u64,
     /// Submissions a relayer key looks at per round, of each state.
     pub relayer_batch: u32,
     /// Basis points of its amount a deposit intent may fall short by and still succeed.
@@ -402,6 +415,7 @@ impl SettlementSettings {
             poll_interval: Duration::from_secs(1),
             relayer_private_key: None,
             replace_after_blocks: 3,
+            low_balance_sends: 20,
             relayer_batch: 500,
             underpayment_tolerance_bps: 0,
         }
@@ -435,6 +449,7 @@ impl std::fmt::Debug for SettlementSettings {
                 &self.relayer_private_key.as_ref().map(|_| "<set>"),
             )
             .field("replace_after_blocks", &self.replace_after_blocks)
+            .field("low_balance_sends", &self.low_balance_sends)
             .field("relayer_batch", &self.relayer_batch)
             .field(
                 "underpayment_tolerance_bps",
@@ -482,6 +497,8 @@ pub struct ChainEndpoint {
     pub deposit_factory: Option<alloy::primitives::Address>,
     /// When a block is done here (`CHAIN_FINALITY`); `None`: `CHAIN_CONFIRMATIONS`.
     pub finality: Option<Finality>,
+    /// The most the relayer offers per gas here, in wei (`RELAYER_MAX_FEE_GWEI`); `None`: no cap.
+    pub max_fee_per_gas: Option<u128>,
 }
 
 /// Parses `evm:<chain id>=<rpc url>[,...]`; blanks around entries are ignored.
@@ -509,6 +526,7 @@ pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
             rpc_url,
             deposit_factory: None,
             finality: None,
+            max_fee_per_gas: None,
         });
     }
     Ok(chains)
@@ -553,6 +571,35 @@ pub fn with_finality(
         let finality = Finality::parse(finality)
             .map_err(|why| anyhow::anyhow!("CHAIN_FINALITY for {name}: {why}"))?;
         chain.finality = Some(finality);
+    }
+    Ok(chains)
+}
+
+/// Sets each chain's fee cap from `RELAYER_MAX_FEE_GWEI`, `evm:<chain id>=<gwei>[,...]` (a
+/// decimal: `0.05` on an L2).
+pub fn with_fee_caps(
+    mut chains: Vec<ChainEndpoint>,
+    spec: &str,
+) -> anyhow::Result<Vec<ChainEndpoint>> {
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, gwei) = entry.split_once('=').with_context(|| {
+            format!("RELAYER_MAX_FEE_GWEI entry {entry:?} must look like evm:<chain id>=<gwei>")
+        })?;
+        let chain = chains
+            .iter_mut()
+            .find(|c| c.name == name.trim())
+            .with_context(|| format!("RELAYER_MAX_FEE_GWEI names {name}, which CHAINS does not"))?;
+        let wei = alloy::primitives::utils::parse_units(gwei.trim(), "gwei")
+            .ok()
+            .filter(|w| !w.is_negative())
+            .and_then(|w| u128::try_from(w.get_absolute()).ok())
+            .filter(|&w| w > 0)
+            .with_context(|| {
+                format!(
+                    "RELAYER_MAX_FEE_GWEI for {name}: {gwei:?} is not a positive number of gwei"
+                )
+            })?;
+        chain.max_fee_per_gas = Some(wei);
     }
     Ok(chains)
 }
@@ -657,17 +704,21 @@ impl ServeArgs {
                 deliver: self.webhook_delivery,
             },
             settlement: SettlementSettings {
-                chains: with_finality(
-                    with_deposit_factories(
-                        parse_chains(self.chains.as_deref().unwrap_or(""))?,
-                        self.deposit_factories.as_deref().unwrap_or(""),
+                chains: with_fee_caps(
+                    with_finality(
+                        with_deposit_factories(
+                            parse_chains(self.chains.as_deref().unwrap_or(""))?,
+                            self.deposit_factories.as_deref().unwrap_or(""),
+                        )?,
+                        self.chain_finality.as_deref().unwrap_or(""),
                     )?,
-                    self.chain_finality.as_deref().unwrap_or(""),
+                    self.relayer_max_fee_gwei.as_deref().unwrap_or(""),
                 )?,
                 confirmations: self.chain_confirmations.max(1),
                 poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
                 relayer_private_key: self.relayer_private_key.clone(),
                 replace_after_blocks: self.relayer_replace_after_blocks.max(1),
+                low_balance_sends: self.relayer_low_balance_sends,
                 relayer_batch: self.relayer_batch.clamp(1, 10_000),
                 underpayment_tolerance_bps: match self.deposit_underpayment_tolerance_bps {
                     bps @ 0..=9_999 => bps,
@@ -802,6 +853,24 @@ mod tests {
         assert_eq!(with[1].finality, Some(Finality::Finalized));
         for bad in ["evm:5=safe", "evm:1=latest", "evm:1"] {
             assert!(with_finality(chains(), bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fee_caps_are_gwei_per_served_chain() {
+        let chains =
+            || parse_chains("evm:31337=http://127.0.0.1:8545, evm:8453=https://x").unwrap();
+        let with = with_fee_caps(chains(), "evm:8453=0.05, evm:31337=30").unwrap();
+        assert_eq!(with[0].max_fee_per_gas, Some(30_000_000_000));
+        assert_eq!(with[1].max_fee_per_gas, Some(50_000_000));
+        for bad in [
+            "evm:5=1",
+            "evm:8453=0",
+            "evm:8453=-1",
+            "evm:8453=lots",
+            "evm:8453",
+        ] {
+            assert!(with_fee_caps(chains(), bad).is_err(), "{bad}");
         }
     }
 

@@ -9,6 +9,7 @@ use crate::{
     auth::Bootstrap,
     db::{self, Background},
     error::{ApiError, ErrorBody},
+    rails::Chains,
     workers::Heartbeats,
 };
 
@@ -19,13 +20,14 @@ pub async fn healthz() -> impl IntoResponse {
 }
 
 /// `GET /readyz`: the database answers, every migration this binary knows is applied, the
-/// bootstrap keys are stored and no background worker stopped ticking.
+/// bootstrap keys are stored and no background worker stopped ticking. Still ready, it says what
+/// is degraded: a relayer key low on its chain's native coin.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready to serve"),
+        (status = 200, description = "Ready to serve: `{\"status\":\"ready\"}`, or `{\"status\":\"degraded\",\"degraded\":[…]}` with a line per relayer key low on its chain's native coin"),
         (status = 503, description = "Database unreachable or not migrated", body = ErrorBody),
     )
 )]
@@ -33,6 +35,7 @@ pub async fn readyz(
     State(Background(pool)): State<Background>,
     State(bootstrap): State<Bootstrap>,
     State(heartbeats): State<Heartbeats>,
+    State(chains): State<Chains>,
 ) -> Result<impl IntoResponse, ApiError> {
     // A probe must answer quickly even while the pool waits on a dead database.
     let pending = tokio::time::timeout(Duration::from_secs(2), async {
@@ -62,6 +65,10 @@ pub async fn readyz(
             "stopped ticking: {}",
             stalled.join(", ")
         )));
+    }
+    let degraded = chains.funds.low();
+    if !degraded.is_empty() {
+        return Ok(Json(json!({"status": "degraded", "degraded": degraded})));
     }
     Ok(Json(json!({"status": "ready"})))
 }

@@ -104,8 +104,9 @@ pub struct PaymentIntent {
     /// `authorization_expired`, `nonce_used_otherwise` or `authorization_canceled` once failed,
     /// or the reason it was pending with when it expired.
     pub failure_reason: Option<String>,
-    /// While `processing`: why the token refuses the payment for now (`insufficient_balance`,
-    /// `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+    /// While `processing`: why the payment waits for now: the token refuses it
+    /// (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    /// it (`relayer_underfunded`, `gas_price_above_cap`); the relayer keeps trying until it expires.
     pub pending_reason: Option<String>,
     /// The confirmed transaction that paid it, once paid (also on a canceled intent that a payer
     /// paid anyway: the chain is the source of truth).

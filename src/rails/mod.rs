@@ -52,6 +52,8 @@ pub struct Chains {
     pub outcomes: outbox::Outcomes,
     /// Who awaits which transaction's block in this replica.
     pub inclusions: inclusion::Inclusions,
+    /// Which relayer keys are low on funds, as this replica's relayers last read them.
+    pub funds: relayer::Funds,
 }
 
 impl Chains {
@@ -71,6 +73,7 @@ impl Chains {
             nodes: Arc::new(nodes),
             outcomes: outbox::Outcomes::default(),
             inclusions: inclusion::Inclusions::default(),
+            funds: relayer::Funds::default(),
         }
     }
 
@@ -141,6 +144,7 @@ pub fn spawn<W: Watch + Clone>(
         for key in &relayer_keys {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
             let (key, kinds, settings) = (key.clone(), kinds.clone(), settings.clone());
+            let funds = chains.funds.clone();
             let wake = Arc::new(Notify::new());
             wakes.entry(endpoint.id).or_default().push(wake.clone());
             workers.spawn_woken(
@@ -155,6 +159,7 @@ pub fn spawn<W: Watch + Clone>(
                         key.clone(),
                         kinds.clone(),
                         &settings,
+                        funds.clone(),
                     )
                 },
             );

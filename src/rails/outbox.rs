@@ -127,12 +127,16 @@ impl Revert {
     }
 }
 
-/// Why the token refuses a transfer for now.
+/// Why a submission waits for now: the token refuses it, or the relayer cannot send it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
     InsufficientBalance,
     TokenPaused,
     AccountBlacklisted,
+    /// The relayer key's native balance does not pay the transaction's gas.
+    RelayerUnderfunded,
+    /// The chain charges more per gas than `RELAYER_MAX_FEE_GWEI` allows.
+    GasPriceAboveCap,
 }
 
 impl Hold {
@@ -142,6 +146,8 @@ impl Hold {
             Self::InsufficientBalance => "insufficient_balance",
             Self::TokenPaused => "token_paused",
             Self::AccountBlacklisted => "account_blacklisted",
+            Self::RelayerUnderfunded => "relayer_underfunded",
+            Self::GasPriceAboveCap => "gas_price_above_cap",
         }
     }
 }

@@ -7,13 +7,17 @@
 //! second submission, which the call's own replay protection (an authorization's nonce) makes
 //! harmless (`docs/settlement.md`, "Relayer").
 
-use std::time::Duration;
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use alloy::{
     consensus::TxEnvelope,
     eips::{BlockId, eip1559::Eip1559Estimation, eip2718::Encodable2718},
     network::{EthereumWallet, NetworkTransactionBuilder, TransactionBuilder},
-    primitives::{Address, B256, Bytes},
+    primitives::{Address, B256, Bytes, U256, utils::format_ether},
     providers::Provider,
     rpc::types::TransactionRequest,
     signers::local::PrivateKeySigner,
@@ -21,7 +25,7 @@ use alloy::{
 use futures::StreamExt;
 use sqlx::PgConnection;
 
-use super::outbox::{self, Kinds, Revert, State, Wanted};
+use super::outbox::{self, Hold, Kinds, Revert, State, Wanted};
 use crate::{
     config::{ChainEndpoint, SettlementSettings},
     db::Pool,
@@ -67,8 +71,43 @@ impl Key {
     }
 }
 
-/// A fee bump must beat the replaced transaction by at least 10% for nodes to accept it.
+/// A replacement offers this much of the replaced transaction's fees, when it can.
 const BUMP_PERCENT: u128 = 125;
+/// Nodes take a replacement only above this much of the replaced transaction's fees.
+const MIN_BUMP_PERCENT: u128 = 110;
+/// The gas of a typical send (an authorization's transfer), to count what a balance pays for.
+const TYPICAL_SEND_GAS: u128 = 100_000;
+/// How often a relayer with nothing to send reads its balance, for the metric and `/readyz`.
+const BALANCE_EVERY: Duration = Duration::from_secs(60);
+
+/// The relayer keys that are low on their chain's native coin (`RELAYER_LOW_BALANCE_SENDS`), as
+/// this replica last read them: what `/readyz` says.
+#[derive(Clone, Default)]
+pub struct Funds(Arc<Mutex<BTreeMap<(String, Address), String>>>);
+
+impl Funds {
+    /// A line per low key.
+    pub fn low(&self) -> Vec<String> {
+        self.lock().values().cloned().collect()
+    }
+
+    /// Records whether `relayer` is low on `chain` (`why`); whether that changed.
+    fn set(&self, chain: &str, relayer: Address, why: Option<String>) -> bool {
+        let mut low = self.lock();
+        let key = (chain.to_owned(), relayer);
+        match why {
+            Some(why) => low.insert(key, why).is_none(),
+            None => low.remove(&key).is_some(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, Address), String>> {
+        // Entries are replaced whole: a panic while held left the map consistent.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// The relayer of one chain and key as a [`Worker`]: one round per unit, every
 /// `CHAIN_POLL_INTERVAL_MS`, while it holds the key's lease.
@@ -84,6 +123,10 @@ pub struct RelayerWorker {
     /// Names this process (and the fault tests' crash point) in the key's lease.
     holder: String,
     lease: Duration,
+    low_balance_sends: u64,
+    funds: Funds,
+    /// When the key's balance was last read.
+    balance_read_at: Option<Instant>,
 }
 
 impl RelayerWorker {
@@ -94,6 +137,7 @@ impl RelayerWorker {
         key: Key,
         kinds: Kinds,
         settings: &SettlementSettings,
+        funds: Funds,
     ) -> Self {
         tracing::info!(chain = %chain.name, relayer = %key.address(), "relayer started");
         Self {
@@ -107,6 +151,9 @@ impl RelayerWorker {
             // The process id tells an operator (and the fault tests) which process relays.
             holder: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4()),
             lease: (settings.poll_interval * 10).max(Duration::from_secs(10)),
+            low_balance_sends: settings.low_balance_sends,
+            funds,
+            balance_read_at: None,
         }
     }
 }
@@ -122,6 +169,8 @@ impl Worker for RelayerWorker {
             kinds: &self.kinds,
             replace_after: self.replace_after,
             batch: self.batch,
+            low_balance_sends: self.low_balance_sends,
+            funds: &self.funds,
         };
         let round = async {
             let mut conn = pool.acquire().await.map_err(RelayError::Database)?;
@@ -135,12 +184,30 @@ impl Worker for RelayerWorker {
                 .await
                 .map(Some)
         };
-        match round.await {
+        let round = round.await;
+        let balance_read = match round {
+            Ok(Some(Ticked { balance_read, .. })) => balance_read,
+            _ => false,
+        };
+        if balance_read {
+            self.balance_read_at = Some(Instant::now());
+        } else if self
+            .balance_read_at
+            .is_none_or(|at| at.elapsed() >= BALANCE_EVERY)
+        {
+            // Nothing was sent: the balance is read now and then all the same, for the metric.
+            self.balance_read_at = Some(Instant::now());
+            if let Err(e) = relayer.read_funds().await {
+                tracing::warn!(chain = %chain.name, relayer = %key.address(), error = %e, "the relayer's balance could not be read");
+            }
+        }
+        match round {
             // A full share of queued work that made progress: the rest goes out at once, into
             // the same block if it can, rather than a poll interval later.
             Ok(Some(Ticked {
                 broadcast,
                 queued_left: true,
+                ..
             })) if broadcast > 0 => Ok(Next::Again),
             Ok(_) => Ok(Next::Wait),
             Err(RelayError::Database(e)) => Err(e.into()),
@@ -224,6 +291,8 @@ struct Submission {
 struct Ticked {
     broadcast: usize,
     queued_left: bool,
+    /// The key's balance was read (and reported) this tick.
+    balance_read: bool,
 }
 
 struct Relayer<'a> {
@@ -233,6 +302,8 @@ struct Relayer<'a> {
     kinds: &'a Kinds,
     replace_after: u64,
     batch: i64,
+    low_balance_sends: u64,
+    funds: &'a Funds,
 }
 
 impl Relayer<'_> {
@@ -303,6 +374,7 @@ impl Relayer<'_> {
             broadcast: 0,
             queued_left: open.iter().filter(|s| s.state == State::Queued).count() as i64
                 >= self.batch,
+            balance_read: false,
         };
         if open.is_empty() {
             return Ok(ticked);
@@ -392,9 +464,29 @@ impl Relayer<'_> {
             }
         };
         let pending = nonces.next;
+        // What the key can pay for, in order: one it cannot, or whose fee is above the chain's
+        // cap, waits and says so (`pending_reason`), rather than fail or overpay.
+        let mut budget = self.node.get_balance(self.key.address()).await?;
+        self.report_funds(budget, &nonces.fees);
+        ticked.balance_read = true;
         let mut signed = Vec::with_capacity(ready.len());
         for (submission, call) in ready {
-            match self.sign(submission, call, &mut nonces).await {
+            let gas_limit = call.gas + call.gas / 5;
+            let price = match self.price(submission, &nonces) {
+                Ok(price) => price,
+                Err(hold) => {
+                    self.hold(conn, submission, hold).await?;
+                    continue;
+                }
+            };
+            let cost = U256::from(gas_limit) * U256::from(price.max_fee);
+            if cost > budget {
+                self.hold(conn, submission, Hold::RelayerUnderfunded)
+                    .await?;
+                continue;
+            }
+            budget -= cost;
+            match self.sign(call, gas_limit, price, &mut nonces).await {
                 Ok(transaction) => signed.push((submission, transaction)),
                 Err(e) => record_error(conn, submission, &e.to_string()).await?,
             }
@@ -564,15 +656,12 @@ impl Relayer<'_> {
         })
     }
 
-    /// Signs the submission's call: a replacement at the same account nonce with higher fees if
-    /// that nonce is still open, else a new transaction at the next nonce.
-    async fn sign(
-        &self,
-        s: &Submission,
-        call: Box<Call>,
-        nonces: &mut Nonces,
-    ) -> Result<Signed, RelayError> {
-        // Only a sent submission can be replaced: while the chain has not passed its nonce.
+    /// What to offer for `s` now: a replacement at its account nonce, while the chain has not
+    /// passed it, with fees enough above the replaced transaction's, else a new transaction at the
+    /// next nonce with the chain's fees; never above the chain's cap (`RELAYER_MAX_FEE_GWEI`).
+    /// `Err(GasPriceAboveCap)` when the cap is below what the chain charges now, or below what a
+    /// replacement must offer.
+    fn price(&self, s: &Submission, nonces: &Nonces) -> Result<Price, Hold> {
         let replacing = match (s.state, s.tx_nonce) {
             (State::Sent, Some(n)) => n as u64 >= nonces.mined,
             _ => false,
@@ -585,33 +674,116 @@ impl Relayer<'_> {
             nonces.fees.max_fee_per_gas,
             nonces.fees.max_priority_fee_per_gas,
         );
+        let old = |fee: &Option<String>| fee.as_deref().and_then(|v| v.parse::<u128>().ok());
+        let at_least =
+            |fee: &Option<String>, percent: u128| old(fee).map_or(0, |v| v * percent / 100 + 1);
         if replacing {
-            let bump = |old: &Option<String>| {
-                old.as_deref()
-                    .and_then(|v| v.parse::<u128>().ok())
-                    .map_or(0, |v| v * BUMP_PERCENT / 100 + 1)
-            };
-            max_fee = max_fee.max(bump(&s.max_fee_per_gas));
-            priority = priority.max(bump(&s.max_priority_fee_per_gas));
+            max_fee = max_fee.max(at_least(&s.max_fee_per_gas, BUMP_PERCENT));
+            priority = priority.max(at_least(&s.max_priority_fee_per_gas, BUMP_PERCENT));
             max_fee = max_fee.max(priority);
         }
+        if let Some(cap) = self.chain.max_fee_per_gas {
+            // The estimate is twice the next block's base fee plus the tip: at or above the cap,
+            // nothing offered within it is mined.
+            let base_fee = nonces
+                .fees
+                .max_fee_per_gas
+                .saturating_sub(nonces.fees.max_priority_fee_per_gas)
+                / 2;
+            if base_fee >= cap {
+                return Err(Hold::GasPriceAboveCap);
+            }
+            max_fee = max_fee.min(cap);
+            priority = priority.min(max_fee);
+            if replacing
+                && (max_fee < at_least(&s.max_fee_per_gas, MIN_BUMP_PERCENT)
+                    || priority < at_least(&s.max_priority_fee_per_gas, MIN_BUMP_PERCENT))
+            {
+                return Err(Hold::GasPriceAboveCap);
+            }
+        }
+        Ok(Price {
+            nonce,
+            replacing,
+            max_fee,
+            priority,
+        })
+    }
+
+    /// Signs the submission's call at `price`, with `gas_limit`.
+    async fn sign(
+        &self,
+        call: Box<Call>,
+        gas_limit: u64,
+        price: Price,
+        nonces: &mut Nonces,
+    ) -> Result<Signed, RelayError> {
         let request = call
             .request
-            .with_nonce(nonce)
-            .with_gas_limit(call.gas + call.gas / 5)
-            .with_max_fee_per_gas(max_fee)
-            .with_max_priority_fee_per_gas(priority);
+            .with_nonce(price.nonce)
+            .with_gas_limit(gas_limit)
+            .with_max_fee_per_gas(price.max_fee)
+            .with_max_priority_fee_per_gas(price.priority);
         let envelope = self.signed(request).await?;
         // A new transaction never takes a nonce this round used, a replacement's included.
-        nonces.next = nonces.next.max(nonce + 1);
+        nonces.next = nonces.next.max(price.nonce + 1);
         Ok(Signed {
             hash: *envelope.tx_hash(),
             raw: envelope.encoded_2718(),
-            nonce,
-            max_fee,
-            priority,
-            replacing,
+            nonce: price.nonce,
+            max_fee: price.max_fee,
+            priority: price.priority,
+            replacing: price.replacing,
         })
+    }
+
+    /// The submission waits for `hold`, and its subject says so (`pending_reason`, an event once).
+    async fn hold(
+        &self,
+        conn: &mut PgConnection,
+        s: &Submission,
+        hold: Hold,
+    ) -> Result<(), sqlx::Error> {
+        hold_back(conn, s, hold.code()).await?;
+        match self.kinds.get(&s.kind) {
+            Some(kind) => kind.held(conn, &s.subject, hold).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the key's balance and the chain's fees, and reports them ([`Relayer::report_funds`]).
+    async fn read_funds(&self) -> Result<(), RelayError> {
+        let balance = self.node.get_balance(self.key.address()).await?;
+        let fees = self.node.estimate_eip1559_fees().await?;
+        self.report_funds(balance, &fees);
+        Ok(())
+    }
+
+    /// The key's balance as a metric; below the cost of `RELAYER_LOW_BALANCE_SENDS` sends at
+    /// `fees`, it is low: logged when it becomes so and when it recovers, and said by `/readyz`.
+    fn report_funds(&self, balance: U256, fees: &Eip1559Estimation) {
+        let relayer = self.key.address();
+        let label = relayer.to_checksum(None);
+        metrics::gauge!(names::RELAYER_BALANCE, "chain" => self.chain.name.clone(), "relayer" => label)
+            .set(f64::from(balance));
+        let per_send = U256::from(TYPICAL_SEND_GAS) * U256::from(fees.max_fee_per_gas);
+        let needed = per_send * U256::from(self.low_balance_sends);
+        let low = (balance < needed).then(|| {
+            format!(
+                "relayer {relayer} on {}: {} of the native coin pays fewer than {} sends at the fee now (RELAYER_LOW_BALANCE_SENDS)",
+                self.chain.name,
+                format_ether(balance),
+                self.low_balance_sends
+            )
+        });
+        let is_low = low.is_some();
+        if self.funds.set(&self.chain.name, relayer, low) {
+            if is_low {
+                tracing::warn!(chain = %self.chain.name, %relayer, balance = %format_ether(balance), needed = %format_ether(needed), "the relayer's balance is low: fund it");
+            } else {
+                tracing::info!(chain = %self.chain.name, %relayer, balance = %format_ether(balance), "the relayer's balance is enough again");
+            }
+        }
     }
 
     /// Records a broadcast transaction; whoever awaits the submission learns it at once.
@@ -649,6 +821,14 @@ impl Relayer<'_> {
         tracing::info!(chain = %self.chain.name, kind = %s.kind, subject = %s.subject, tx = %t.hash, nonce = t.nonce, max_fee = t.max_fee, priority = t.priority, send = kind, "submission sent");
         Ok(())
     }
+}
+
+/// What a transaction of a submission offers, at which account nonce.
+struct Price {
+    nonce: u64,
+    replacing: bool,
+    max_fee: u128,
+    priority: u128,
 }
 
 /// A signed transaction of a submission, ready to broadcast.

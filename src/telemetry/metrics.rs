@@ -35,6 +35,7 @@ pub const CHAIN_LOGS_RANGE: &str = "chain_logs_range_blocks";
 pub const CHAIN_LOGS_RANGE_REFUSALS: &str = "chain_logs_range_refusals_total";
 pub const RELAYER_PENDING: &str = "relayer_submissions_pending";
 pub const RELAYER_SENT: &str = "relayer_transactions_sent_total";
+pub const RELAYER_BALANCE: &str = "relayer_balance_wei";
 pub const SETTLEMENTS: &str = "settlements_total";
 pub const DB_POOL_CONNECTIONS: &str = "db_pool_connections";
 pub const DB_POOL_WAITING: &str = "db_pool_waiting_requests";

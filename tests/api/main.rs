@@ -8,6 +8,7 @@ mod dashboard;
 mod deposits;
 mod events;
 mod finality;
+mod gas;
 mod helpers;
 mod idempotency;
 mod intents;

@@ -81,6 +81,7 @@ fn relayer_worker(
         rails::relayer::Key::parse(key).unwrap(),
         payments_api::ways_to_pay::submission_kinds(),
         settlement,
+        rails::relayer::Funds::default(),
     )
 }
 

@@ -51,8 +51,9 @@ pub struct Refund {
     /// `authorization_expired`, `authorization_canceled` or `nonce_used_otherwise` once failed,
     /// or the reason it was pending with when it expired.
     pub failure_reason: Option<String>,
-    /// While `processing`: why the token refuses the transfer for now (`insufficient_balance`,
-    /// `token_paused`, `account_blacklisted`).
+    /// While `processing`: why the transfer waits for now: the token refuses it
+    /// (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    /// it (`relayer_underfunded`, `gas_price_above_cap`).
     pub pending_reason: Option<String>,
     /// The confirmed transaction that paid it back, once it did.
     #[schema(value_type = Option<Settlement>)]

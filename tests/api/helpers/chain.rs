@@ -125,6 +125,7 @@ pub fn settlement_on(chains: &[&Anvil], confirmations: u64) -> SettlementSetting
         poll_interval: Duration::from_millis(50),
         relayer_private_key: None,
         replace_after_blocks: 2,
+        low_balance_sends: 20,
         // A share the relayer tests fill in a few seconds.
         relayer_batch: 50,
         underpayment_tolerance_bps: 0,

@@ -441,8 +441,9 @@ class Datum1(ApiModel):
     """
     pending_reason: Optional[str] = None
     """
-    While `processing`: why the token refuses the payment for now (`insufficient_balance`,
-    `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+    While `processing`: why the payment waits for now: the token refuses it
+    (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    it (`relayer_underfunded`, `gas_price_above_cap`); the relayer keeps trying until it expires.
     """
     settlement: Optional[Settlement] = None
     amount_received: str = Field(..., examples=["0"])
@@ -526,8 +527,9 @@ class Datum2(ApiModel):
     """
     pending_reason: Optional[str] = None
     """
-    While `processing`: why the token refuses the transfer for now (`insufficient_balance`,
-    `token_paused`, `account_blacklisted`).
+    While `processing`: why the transfer waits for now: the token refuses it
+    (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    it (`relayer_underfunded`, `gas_price_above_cap`).
     """
     settlement: Optional[Settlement] = None
     expires_at: AwareDatetime
@@ -876,8 +878,9 @@ class PaymentIntent(ApiModel):
     """
     pending_reason: Optional[str] = None
     """
-    While `processing`: why the token refuses the payment for now (`insufficient_balance`,
-    `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+    While `processing`: why the payment waits for now: the token refuses it
+    (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    it (`relayer_underfunded`, `gas_price_above_cap`); the relayer keeps trying until it expires.
     """
     settlement: Optional[Settlement] = None
     amount_received: str = Field(..., examples=["0"])
@@ -1019,8 +1022,9 @@ class Refund(ApiModel):
     """
     pending_reason: Optional[str] = None
     """
-    While `processing`: why the token refuses the transfer for now (`insufficient_balance`,
-    `token_paused`, `account_blacklisted`).
+    While `processing`: why the transfer waits for now: the token refuses it
+    (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+    it (`relayer_underfunded`, `gas_price_above_cap`).
     """
     settlement: Optional[Settlement] = None
     expires_at: AwareDatetime

@@ -543,7 +543,8 @@ export interface paths {
         };
         /**
          * `GET /readyz`: the database answers, every migration this binary knows is applied, the
-         *     bootstrap keys are stored and no background worker stopped ticking.
+         *     bootstrap keys are stored and no background worker stopped ticking. Still ready, it says what
+         *     is degraded: a relayer key low on its chain's native coin.
          */
         get: operations["readyz"];
         put?: never;
@@ -1072,8 +1073,9 @@ export interface components {
                  */
                 failure_reason?: string | null;
                 /**
-                 * @description While `processing`: why the token refuses the payment for now (`insufficient_balance`,
-                 *     `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+                 * @description While `processing`: why the payment waits for now: the token refuses it
+                 *     (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+                 *     it (`relayer_underfunded`, `gas_price_above_cap`); the relayer keeps trying until it expires.
                  */
                 pending_reason?: string | null;
                 settlement?: null | components["schemas"]["Settlement"];
@@ -1154,8 +1156,9 @@ export interface components {
                  */
                 failure_reason?: string | null;
                 /**
-                 * @description While `processing`: why the token refuses the transfer for now (`insufficient_balance`,
-                 *     `token_paused`, `account_blacklisted`).
+                 * @description While `processing`: why the transfer waits for now: the token refuses it
+                 *     (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+                 *     it (`relayer_underfunded`, `gas_price_above_cap`).
                  */
                 pending_reason?: string | null;
                 settlement?: null | components["schemas"]["Settlement"];
@@ -1259,8 +1262,9 @@ export interface components {
              */
             failure_reason?: string | null;
             /**
-             * @description While `processing`: why the token refuses the payment for now (`insufficient_balance`,
-             *     `token_paused`, `account_blacklisted`); the relayer keeps trying until it expires.
+             * @description While `processing`: why the payment waits for now: the token refuses it
+             *     (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+             *     it (`relayer_underfunded`, `gas_price_above_cap`); the relayer keeps trying until it expires.
              */
             pending_reason?: string | null;
             settlement?: null | components["schemas"]["Settlement"];
@@ -1377,8 +1381,9 @@ export interface components {
              */
             failure_reason?: string | null;
             /**
-             * @description While `processing`: why the token refuses the transfer for now (`insufficient_balance`,
-             *     `token_paused`, `account_blacklisted`).
+             * @description While `processing`: why the transfer waits for now: the token refuses it
+             *     (`insufficient_balance`, `token_paused`, `account_blacklisted`), or the relayer cannot send
+             *     it (`relayer_underfunded`, `gas_price_above_cap`).
              */
             pending_reason?: string | null;
             settlement?: null | components["schemas"]["Settlement"];
@@ -4503,7 +4508,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready to serve */
+            /** @description Ready to serve: `{"status":"ready"}`, or `{"status":"degraded","degraded":[…]}` with a line per relayer key low on its chain's native coin */
             200: {
                 headers: {
                     [name: string]: unknown;
