@@ -532,76 +532,75 @@ pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
     Ok(chains)
 }
 
-/// `chains` with the factories of `DEPOSIT_FACTORIES` ("evm:<chain id>=<address>[,...]"), each
-/// for a chain of `CHAINS`.
-pub fn with_deposit_factories(
+/// Sets one setting of the chains an `evm:<chain id>=<value>[,...]` list names (`variable`):
+/// each value read by `read`, a chain `CHAINS` does not serve refused.
+fn per_chain<T>(
     mut chains: Vec<ChainEndpoint>,
     spec: &str,
+    variable: &str,
+    read: impl Fn(&str) -> Result<T, String>,
+    set: impl Fn(&mut ChainEndpoint, T),
 ) -> anyhow::Result<Vec<ChainEndpoint>> {
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, address) = entry.split_once('=').with_context(|| {
-            format!("DEPOSIT_FACTORIES entry {entry:?} must look like evm:<chain id>=<address>")
+        let (name, value) = entry.split_once('=').with_context(|| {
+            format!("{variable} entry {entry:?} must look like evm:<chain id>=<value>")
         })?;
         let chain = chains
             .iter_mut()
             .find(|c| c.name == name.trim())
-            .with_context(|| format!("DEPOSIT_FACTORIES names {name}, which CHAINS does not"))?;
-        let factory = address.trim().parse().ok().with_context(|| {
-            format!("DEPOSIT_FACTORIES: the factory of {name} must be 0x + 40 hex digits")
-        })?;
-        chain.deposit_factory = Some(factory);
+            .with_context(|| format!("{variable} names {name}, which CHAINS does not"))?;
+        let value =
+            read(value.trim()).map_err(|why| anyhow::anyhow!("{variable} for {name}: {why}"))?;
+        set(chain, value);
     }
     Ok(chains)
 }
 
-/// Sets each chain's finality from `CHAIN_FINALITY`, `evm:<chain id>=<confirmations|safe|finalized>[,...]`;
-/// a chain it does not name keeps `CHAIN_CONFIRMATIONS`.
-pub fn with_finality(
-    mut chains: Vec<ChainEndpoint>,
+/// Sets each chain's deposit-address factory from `DEPOSIT_FACTORIES`,
+/// `evm:<chain id>=<address>[,...]`.
+pub fn with_deposit_factories(
+    chains: Vec<ChainEndpoint>,
     spec: &str,
 ) -> anyhow::Result<Vec<ChainEndpoint>> {
-    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, finality) = entry.split_once('=').with_context(|| {
-            format!("CHAIN_FINALITY entry {entry:?} must look like evm:<chain id>=<confirmations|safe|finalized>")
-        })?;
-        let chain = chains
-            .iter_mut()
-            .find(|c| c.name == name.trim())
-            .with_context(|| format!("CHAIN_FINALITY names {name}, which CHAINS does not"))?;
-        let finality = Finality::parse(finality)
-            .map_err(|why| anyhow::anyhow!("CHAIN_FINALITY for {name}: {why}"))?;
-        chain.finality = Some(finality);
-    }
-    Ok(chains)
+    let read = |address: &str| {
+        address
+            .parse()
+            .map_err(|_| "the factory must be 0x + 40 hex digits".to_owned())
+    };
+    per_chain(chains, spec, "DEPOSIT_FACTORIES", read, |chain, factory| {
+        chain.deposit_factory = Some(factory);
+    })
+}
+
+/// Sets each chain's finality from `CHAIN_FINALITY`,
+/// `evm:<chain id>=<confirmations|safe|finalized>[,...]`; a chain it does not name keeps
+/// `CHAIN_CONFIRMATIONS`.
+pub fn with_finality(chains: Vec<ChainEndpoint>, spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
+    per_chain(
+        chains,
+        spec,
+        "CHAIN_FINALITY",
+        Finality::parse,
+        |chain, finality| {
+            chain.finality = Some(finality);
+        },
+    )
 }
 
 /// Sets each chain's fee cap from `RELAYER_MAX_FEE_GWEI`, `evm:<chain id>=<gwei>[,...]` (a
 /// decimal: `0.05` on an L2).
-pub fn with_fee_caps(
-    mut chains: Vec<ChainEndpoint>,
-    spec: &str,
-) -> anyhow::Result<Vec<ChainEndpoint>> {
-    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let (name, gwei) = entry.split_once('=').with_context(|| {
-            format!("RELAYER_MAX_FEE_GWEI entry {entry:?} must look like evm:<chain id>=<gwei>")
-        })?;
-        let chain = chains
-            .iter_mut()
-            .find(|c| c.name == name.trim())
-            .with_context(|| format!("RELAYER_MAX_FEE_GWEI names {name}, which CHAINS does not"))?;
-        let wei = alloy::primitives::utils::parse_units(gwei.trim(), "gwei")
+pub fn with_fee_caps(chains: Vec<ChainEndpoint>, spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
+    let read = |gwei: &str| {
+        alloy::primitives::utils::parse_units(gwei, "gwei")
             .ok()
             .filter(|w| !w.is_negative())
             .and_then(|w| u128::try_from(w.get_absolute()).ok())
             .filter(|&w| w > 0)
-            .with_context(|| {
-                format!(
-                    "RELAYER_MAX_FEE_GWEI for {name}: {gwei:?} is not a positive number of gwei"
-                )
-            })?;
+            .ok_or_else(|| format!("{gwei:?} is not a positive number of gwei"))
+    };
+    per_chain(chains, spec, "RELAYER_MAX_FEE_GWEI", read, |chain, wei| {
         chain.max_fee_per_gas = Some(wei);
-    }
-    Ok(chains)
+    })
 }
 
 /// How webhooks are delivered (`docs/api.md`, "Webhooks").

@@ -166,6 +166,13 @@ pub(super) fn random_token() -> String {
 pub(super) struct Nothing {}
 
 #[derive(Deserialize)]
-pub(super) struct DoneQuery {
+struct DoneQuery {
     done: Option<String>,
+}
+
+/// What a change's redirect says was done (`?done=…`), for the page to confirm it.
+pub(super) fn done(query: Option<&str>) -> Option<String> {
+    serde_urlencoded::from_str::<DoneQuery>(query.unwrap_or(""))
+        .ok()
+        .and_then(|q| q.done)
 }

@@ -7,7 +7,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{DoneQuery, Nothing, PAGE};
+use super::{Nothing, PAGE, done};
 use crate::dashboard::{
     forms,
     pages::{self, PaymentView, PaymentsQuery, Section},
@@ -147,9 +147,7 @@ pub(super) async fn payment(
     let deliveries =
         webhooks::delivery::of_subject(&mut conn, merchant.as_str(), id.as_str()).await?;
     let t = signed.text();
-    let done = serde_urlencoded::from_str::<DoneQuery>(query.as_deref().unwrap_or(""))
-        .ok()
-        .and_then(|q| q.done)
+    let done = done(query.as_deref())
         .filter(|d| d == "canceled")
         .map(|_| t.canceled_now);
     let view = PaymentView {

@@ -7,7 +7,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::DoneQuery;
+use super::done;
 use crate::dashboard::{
     pages::{self, Section},
     people::Permission,
@@ -40,10 +40,7 @@ pub(super) async fn settings(
     RawQuery(query): RawQuery,
 ) -> Result<Response, PageError> {
     signed.require(Permission::Read)?;
-    let saved = serde_urlencoded::from_str::<DoneQuery>(query.as_deref().unwrap_or(""))
-        .ok()
-        .and_then(|q| q.done)
-        .is_some_and(|d| d == "saved");
+    let saved = done(query.as_deref()).is_some_and(|d| d == "saved");
     settings_page(&pool, &chains, &signed, saved).await
 }
 

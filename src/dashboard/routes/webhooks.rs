@@ -7,7 +7,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{DoneQuery, PAGE};
+use super::{PAGE, done};
 use crate::dashboard::{
     pages::{self, Section},
     people::Permission,
@@ -80,14 +80,11 @@ pub(super) async fn endpoint(
     let deliveries =
         webhooks::delivery::of_endpoint(&mut conn, merchant.as_str(), &endpoint.id, PAGE).await?;
     let t = signed.text();
-    let done = serde_urlencoded::from_str::<DoneQuery>(query.as_deref().unwrap_or(""))
-        .ok()
-        .and_then(|q| q.done)
-        .and_then(|d| match d.as_str() {
-            "resent" => Some(t.resent),
-            "test" => Some(t.test_sent),
-            _ => None,
-        });
+    let done = done(query.as_deref()).and_then(|d| match d.as_str() {
+        "resent" => Some(t.resent),
+        "test" => Some(t.test_sent),
+        _ => None,
+    });
     let content = pages::endpoint(t, &signed.session, &endpoint, &deliveries, done);
     Ok(signed.page(StatusCode::OK, &endpoint.url, Section::Webhooks, content))
 }
