@@ -255,6 +255,11 @@ pub struct ServeArgs {
     #[arg(long, env = "CHAIN_CONFIRMATIONS", default_value_t = 12)]
     pub chain_confirmations: u64,
 
+    /// With several endpoints for a chain: how far behind the highest head the endpoint reads go
+    /// to may fall before they move to another.
+    #[arg(long, env = "CHAIN_MAX_LAG_BLOCKS", default_value_t = 5)]
+    pub chain_max_lag_blocks: u64,
+
     /// How often the follower and the relayers look at each chain, in milliseconds.
     #[arg(long, env = "CHAIN_POLL_INTERVAL_MS", default_value_t = 1000)]
     pub chain_poll_interval_ms: u64,
@@ -395,6 +400,8 @@ impl MerchantLimits {
 pub struct SettlementSettings {
     pub chains: Vec<ChainEndpoint>,
     pub confirmations: u64,
+    /// How far the endpoint a chain's reads go to may lag the highest head (`CHAIN_MAX_LAG_BLOCKS`).
+    pub max_lag_blocks: u64,
     pub poll_interval: Duration,
     /// 0x + 64 hex digits; never logged.
     pub relayer_private_key: Option<String>,
@@ -412,6 +419,7 @@ impl SettlementSettings {
         Self {
             chains: Vec::new(),
             confirmations: 12,
+            max_lag_blocks: 5,
             poll_interval: Duration::from_secs(1),
             relayer_private_key: None,
             replace_after_blocks: 3,
@@ -443,6 +451,7 @@ impl std::fmt::Debug for SettlementSettings {
         f.debug_struct("SettlementSettings")
             .field("chains", &self.chains)
             .field("confirmations", &self.confirmations)
+            .field("max_lag_blocks", &self.max_lag_blocks)
             .field("poll_interval", &self.poll_interval)
             .field(
                 "relayer",
@@ -492,7 +501,10 @@ pub struct ChainEndpoint {
     /// `evm:<id>`, as intents name it.
     pub name: String,
     pub id: u64,
+    /// The first of `rpc_urls`: where one-off commands (`reconcile`) ask.
     pub rpc_url: url::Url,
+    /// Every JSON-RPC endpoint of the chain, in the order `CHAINS` gives them (`rails::endpoints`).
+    pub rpc_urls: Vec<url::Url>,
     /// The deposit-address factory here, if this chain offers deposit addresses.
     pub deposit_factory: Option<alloy::primitives::Address>,
     /// When a block is done here (`CHAIN_FINALITY`); `None`: `CHAIN_CONFIRMATIONS`.
@@ -501,10 +513,28 @@ pub struct ChainEndpoint {
     pub max_fee_per_gas: Option<u128>,
 }
 
-/// Parses `evm:<chain id>=<rpc url>[,...]`; blanks around entries are ignored.
+/// Parses `evm:<chain id>=<rpc url>[,<rpc url>...][,...]`: a URL after a chain's is another
+/// endpoint of it. Blanks around entries are ignored.
 pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
     let mut chains: Vec<ChainEndpoint> = Vec::new();
+    let rpc_url = |name: &str, url: &str| {
+        url::Url::parse(url.trim())
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https"))
+            .with_context(|| format!("CHAINS: the RPC URL of {name} must be http(s)://…"))
+    };
     for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if entry.starts_with("http://") || entry.starts_with("https://") {
+            let chain = chains.last_mut().with_context(|| {
+                format!("CHAINS must start with evm:<chain id>=<rpc url>, not {entry:?}")
+            })?;
+            let url = rpc_url(&chain.name, entry)?;
+            if chain.rpc_urls.contains(&url) {
+                bail!("CHAINS names an endpoint of {} twice", chain.name);
+            }
+            chain.rpc_urls.push(url);
+            continue;
+        }
         let (name, url) = entry.split_once('=').with_context(|| {
             format!("CHAINS entry {entry:?} must look like evm:<chain id>=<rpc url>")
         })?;
@@ -513,17 +543,15 @@ pub fn parse_chains(spec: &str) -> anyhow::Result<Vec<ChainEndpoint>> {
             .filter(|id| !id.starts_with('0'))
             .and_then(|id| id.parse::<u64>().ok())
             .with_context(|| format!("CHAINS: {name:?} is not evm:<chain id>"))?;
-        let rpc_url = url::Url::parse(url.trim())
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https"))
-            .with_context(|| format!("CHAINS: the RPC URL of {name} must be http(s)://…"))?;
+        let url = rpc_url(name, url)?;
         if chains.iter().any(|c| c.id == id) {
             bail!("CHAINS names {name} twice");
         }
         chains.push(ChainEndpoint {
             name: name.to_owned(),
             id,
-            rpc_url,
+            rpc_url: url.clone(),
+            rpc_urls: vec![url],
             deposit_factory: None,
             finality: None,
             max_fee_per_gas: None,
@@ -714,6 +742,7 @@ impl ServeArgs {
                     self.relayer_max_fee_gwei.as_deref().unwrap_or(""),
                 )?,
                 confirmations: self.chain_confirmations.max(1),
+                max_lag_blocks: self.chain_max_lag_blocks,
                 poll_interval: Duration::from_millis(self.chain_poll_interval_ms.max(10)),
                 relayer_private_key: self.relayer_private_key.clone(),
                 replace_after_blocks: self.relayer_replace_after_blocks.max(1),
@@ -809,7 +838,18 @@ mod tests {
         assert_eq!(chains[0].name, "evm:31337");
         assert_eq!(chains[0].id, 31337);
         assert_eq!(chains[1].rpc_url.as_str(), "https://rpc.example/");
+        let several = parse_chains(
+            "evm:8453=https://a.example,https://b.example/key, evm:1=https://c.example",
+        )
+        .unwrap();
+        assert_eq!(several.len(), 2);
+        assert_eq!(several[0].rpc_urls.len(), 2);
+        assert_eq!(several[0].rpc_urls[1].as_str(), "https://b.example/key");
+        assert_eq!(several[1].rpc_urls.len(), 1);
         for bad in [
+            "https://a.example,evm:1=https://c.example",
+            "evm:1=https://a.example,https://a.example",
+            "evm:1=https://a.example,ftp://b.example",
             "evm:0=http://x",
             "evm:01=http://x",
             "31337=http://x",

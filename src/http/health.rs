@@ -21,13 +21,14 @@ pub async fn healthz() -> impl IntoResponse {
 
 /// `GET /readyz`: the database answers, every migration this binary knows is applied, the
 /// bootstrap keys are stored and no background worker stopped ticking. Still ready, it says what
-/// is degraded: a relayer key low on its chain's native coin.
+/// is degraded: a chain none of whose RPC endpoints answers, a relayer key low on its chain's
+/// native coin.
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready to serve: `{\"status\":\"ready\"}`, or `{\"status\":\"degraded\",\"degraded\":[…]}` with a line per relayer key low on its chain's native coin"),
+        (status = 200, description = "Ready to serve: `{\"status\":\"ready\"}`, or `{\"status\":\"degraded\",\"degraded\":[…]}` with a line per chain none of whose RPC endpoints answers and per relayer key low on its chain's native coin"),
         (status = 503, description = "Database unreachable or not migrated", body = ErrorBody),
     )
 )]
@@ -66,7 +67,7 @@ pub async fn readyz(
             stalled.join(", ")
         )));
     }
-    let degraded = chains.funds.low();
+    let degraded = chains.degraded();
     if !degraded.is_empty() {
         return Ok(Json(json!({"status": "degraded", "degraded": degraded})));
     }

@@ -19,6 +19,7 @@
 //! - `inclusion`: wakes whoever waits for a transaction when a block includes it
 
 pub mod eip3009;
+pub mod endpoints;
 pub mod evm;
 pub mod finality;
 pub mod follower;
@@ -54,27 +55,40 @@ pub struct Chains {
     pub inclusions: inclusion::Inclusions,
     /// Which relayer keys are low on funds, as this replica's relayers last read them.
     pub funds: relayer::Funds,
+    /// The chains served through several endpoints.
+    endpoints: Arc<Vec<endpoints::Endpoints>>,
 }
 
 impl Chains {
     pub fn new(settings: &SettlementSettings) -> Self {
-        let nodes = settings
-            .chains
-            .iter()
-            .map(|chain| {
-                (
-                    chain.name.clone(),
-                    (chain.clone(), rpc::connect(&chain.rpc_url)),
-                )
-            })
-            .collect();
+        let mut several = Vec::new();
+        let mut nodes = HashMap::new();
+        for chain in &settings.chains {
+            let (node, endpoints) = rpc::connect_chain(chain, settings.max_lag_blocks);
+            several.extend(endpoints);
+            nodes.insert(chain.name.clone(), (chain.clone(), node));
+        }
         Self {
             settings: Arc::new(settings.clone()),
             nodes: Arc::new(nodes),
+            endpoints: Arc::new(several),
             outcomes: outbox::Outcomes::default(),
             inclusions: inclusion::Inclusions::default(),
             funds: relayer::Funds::default(),
         }
+    }
+
+    /// What is degraded on chain for `/readyz`: a chain none of whose endpoints answers, a
+    /// relayer key low on funds.
+    pub fn degraded(&self) -> Vec<String> {
+        let mut degraded: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter(|e| !e.any_usable())
+            .map(|e| format!("{}: no RPC endpoint answers", e.chain()))
+            .collect();
+        degraded.extend(self.funds.low());
+        degraded
     }
 
     /// The served chain an intent names, and its node.

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::endpoints::Endpoints;
+use crate::config::ChainEndpoint;
 use alloy::{
     network::Ethereum,
     providers::{Provider, RootProvider},
@@ -20,13 +22,29 @@ pub type Node = RootProvider<Ethereum>;
 
 /// A provider for the node at `url`. Nothing is sent until the first call.
 pub fn connect(url: &url::Url) -> Node {
-    let client = reqwest::Client::builder()
+    let transport = Http::with_client(client(), url.clone());
+    RootProvider::new(RpcClient::new(transport, false))
+}
+
+/// A provider for `chain`: its one endpoint, or all of them as one ([`Endpoints`]), which is
+/// returned too (what `/readyz` asks whether any answers).
+pub fn connect_chain(chain: &ChainEndpoint, max_lag: u64) -> (Node, Option<Endpoints>) {
+    match chain.rpc_urls.as_slice() {
+        [] | [_] => (connect(&chain.rpc_url), None),
+        urls => {
+            let endpoints = Endpoints::new(&chain.name, urls, &client(), max_lag);
+            let node = RootProvider::new(RpcClient::new(endpoints.clone(), false));
+            (node, Some(endpoints))
+        }
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
         .timeout(CALL_TIMEOUT)
         .connect_timeout(CALL_TIMEOUT)
         .build()
-        .expect("a TLS backend is compiled in");
-    let transport = Http::with_client(client, url.clone());
-    RootProvider::new(RpcClient::new(transport, false))
+        .expect("a TLS backend is compiled in")
 }
 
 /// Asks the node, by `eth_call` at the latest block, whether calling `to` with `calldata` would

@@ -66,3 +66,62 @@ async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothin
     let (agrees, output) = reconcile(&app, &anvil);
     assert!(agrees, "{output}");
 }
+
+/// A chain behind two endpoints (two proxies in front of one node). One says a head 20 blocks
+/// behind: reads move to the other, and no range of logs goes to the one behind. The other goes
+/// down: everything fails over, and a payment settles. Both down: `/readyz` says the chain has no
+/// endpoint; back up, it is ready again. Transactions go to every endpoint up.
+#[tokio::test]
+async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind() {
+    let anvil = Anvil::start().await;
+    let behind = RpcFaultProxy::start(&anvil.url).await;
+    let other = RpcFaultProxy::start(&anvil.url).await;
+    behind.lag_by(20);
+    let urls: Vec<url::Url> = [&behind.url, &other.url]
+        .iter()
+        .map(|u| u.parse().unwrap())
+        .collect();
+    let app = app_on_with(&anvil, 1, true, move |s| {
+        s.settlement.chains[0].rpc_urls = urls;
+    })
+    .await;
+    let pay = || async {
+        let id = app.create_intent_id(SEED_BODY).await;
+        let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+        let answer = app.confirm(&id, &signature).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        app.wait_for_state(&id, "succeeded").await;
+        id
+    };
+    pay().await;
+    assert_eq!(
+        behind.served("eth_getLogs"),
+        0,
+        "no logs were read from the endpoint behind"
+    );
+    assert!(other.served("eth_getLogs") > 0);
+    assert!(
+        behind.served("eth_sendRawTransaction") >= 1 && other.served("eth_sendRawTransaction") >= 1,
+        "the transaction went to both"
+    );
+
+    behind.lag_by(0);
+    other.set_down(true);
+    pay().await;
+
+    behind.set_down(true);
+    // Each call of the follower's next round fails on both: the chain is then said degraded.
+    let said = |body: String| body.contains("evm:31337: no RPC endpoint answers");
+    let mut degraded = false;
+    for _ in 0..200 {
+        if said(app.get("/readyz").await.body) {
+            degraded = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(degraded, "{}", app.get("/readyz").await.body);
+    behind.set_down(false);
+    other.set_down(false);
+    pay().await;
+}

@@ -122,6 +122,7 @@ pub fn settlement_on(chains: &[&Anvil], confirmations: u64) -> SettlementSetting
         )
         .unwrap(),
         confirmations,
+        max_lag_blocks: 5,
         poll_interval: Duration::from_millis(50),
         relayer_private_key: None,
         replace_after_blocks: 2,

@@ -5,7 +5,9 @@
 //! Also used by the chaos run (`examples/chaos`).
 //!
 //! It also refuses, when told to, every `eth_getLogs` over more blocks than a cap, as hosted
-//! providers do, in their own words in turn (or HTTP 413), and keeps the widest range it served.
+//! providers do, in their own words in turn (or HTTP 413), and keeps the widest range it served;
+//! it can be down (HTTP 503 to everything), or lag (say a head some blocks below the node's);
+//! and it counts the calls it passed on by method.
 
 use std::sync::{
     Arc,
@@ -27,6 +29,9 @@ struct Aim {
     range_cap: Arc<AtomicU64>,
     range_refusals: Arc<AtomicU64>,
     widest_range_served: Arc<AtomicU64>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+    lag: Arc<AtomicU64>,
+    served: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
 
 /// How the large providers refuse an `eth_getLogs` range (JSON-RPC code and message; `None`: the
@@ -60,6 +65,9 @@ impl RpcFaultProxy {
             range_cap: Arc::default(),
             range_refusals: Arc::default(),
             widest_range_served: Arc::default(),
+            down: Arc::default(),
+            lag: Arc::default(),
+            served: Arc::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -100,6 +108,22 @@ impl RpcFaultProxy {
         self.aim.range_refusals.load(Ordering::SeqCst)
     }
 
+    /// Down (every request answered 503) or up.
+    pub fn set_down(&self, down: bool) {
+        self.aim.down.store(down, Ordering::SeqCst);
+    }
+
+    /// From now on, its `eth_blockNumber` says a head `blocks` below the node's.
+    pub fn lag_by(&self, blocks: u64) {
+        self.aim.lag.store(blocks, Ordering::SeqCst);
+    }
+
+    /// How many `method` calls it passed to the node.
+    pub fn served(&self, method: &str) -> u64 {
+        let served = self.aim.served.lock().unwrap();
+        served.get(method).copied().unwrap_or(0)
+    }
+
     /// The widest `eth_getLogs` block range it passed to the node.
     pub fn widest_range_served(&self) -> u64 {
         self.aim.widest_range_served.load(Ordering::SeqCst)
@@ -122,6 +146,11 @@ fn logs_range(body: &[u8]) -> Option<(u64, serde_json::Value)> {
 }
 
 async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Response {
+    if aim.down.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let method = request["method"].as_str().unwrap_or("").to_owned();
     if let Some((blocks, id)) = logs_range(&body) {
         let cap = aim.range_cap.load(Ordering::SeqCst);
         if cap != 0 && blocks > cap {
@@ -148,7 +177,23 @@ async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Respons
         Err(e) => return (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
     };
     let status = answer.status();
-    let bytes = answer.bytes().await.unwrap_or_default();
+    let mut bytes = answer.bytes().await.unwrap_or_default();
+    *aim.served
+        .lock()
+        .unwrap()
+        .entry(method.clone())
+        .or_default() += 1;
+    let lag = aim.lag.load(Ordering::SeqCst);
+    if method == "eth_blockNumber" && lag > 0 {
+        let mut answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if let Some(head) = answer["result"]
+            .as_str()
+            .and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+        {
+            answer["result"] = format!("{:#x}", head.saturating_sub(lag)).into();
+            bytes = Bytes::from(answer.to_string());
+        }
+    }
     let broadcast = std::str::from_utf8(&body).is_ok_and(|b| b.contains("eth_sendRawTransaction"));
     let victim = aim.victim.load(Ordering::SeqCst);
     let probability = f64::from_bits(aim.probability.load(Ordering::SeqCst));

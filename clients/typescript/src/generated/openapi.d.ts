@@ -544,7 +544,8 @@ export interface paths {
         /**
          * `GET /readyz`: the database answers, every migration this binary knows is applied, the
          *     bootstrap keys are stored and no background worker stopped ticking. Still ready, it says what
-         *     is degraded: a relayer key low on its chain's native coin.
+         *     is degraded: a chain none of whose RPC endpoints answers, a relayer key low on its chain's
+         *     native coin.
          */
         get: operations["readyz"];
         put?: never;
@@ -4508,7 +4509,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Ready to serve: `{"status":"ready"}`, or `{"status":"degraded","degraded":[…]}` with a line per relayer key low on its chain's native coin */
+            /** @description Ready to serve: `{"status":"ready"}`, or `{"status":"degraded","degraded":[…]}` with a line per chain none of whose RPC endpoints answers and per relayer key low on its chain's native coin */
             200: {
                 headers: {
                     [name: string]: unknown;
