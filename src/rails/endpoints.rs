@@ -3,8 +3,9 @@
 //!
 //! - Calls go to the current endpoint; one that fails at the HTTP level (unreachable, a timeout,
 //!   429, 5xx) is left alone for a while and the call goes to the next.
-//! - `eth_blockNumber` asks every endpoint at once: each one's head is kept, and the current
-//!   endpoint moves to the highest head when it lags it by more than `CHAIN_MAX_LAG_BLOCKS`.
+//! - `eth_blockNumber` asks every endpoint not resting at once: each one's head is kept, and the
+//!   current endpoint moves to the highest head when it lags it by more than
+//!   `CHAIN_MAX_LAG_BLOCKS`.
 //! - A range `eth_getLogs` goes only to an endpoint whose head, as last read, reaches the range's
 //!   end, so a node behind never answers for blocks it does not have yet.
 //! - `eth_sendRawTransaction` goes to every endpoint not left alone: a node that drops it does
@@ -198,7 +199,18 @@ impl Inner {
     /// Every usable endpoint's head at once: each is kept, the current endpoint moves to the
     /// highest when it lags by more than `max_lag`, and the current one's answer is returned.
     async fn heads(&self, request: RequestPacket) -> Result<ResponsePacket, TransportError> {
-        let asked: Vec<usize> = self.order();
+        // Not the resting ones (unless all are): a stalled endpoint would hold every round for
+        // its timeout.
+        let usable: Vec<usize> = self
+            .order()
+            .into_iter()
+            .filter(|&i| self.endpoints[i].usable())
+            .collect();
+        let asked = if usable.is_empty() {
+            self.order()
+        } else {
+            usable
+        };
         let answers = join_all(
             asked
                 .iter()

@@ -619,13 +619,16 @@ impl Relayer<'_> {
     /// Fills the gap at `nonce` with a transaction of nothing to itself ([`leaves_gap`]).
     async fn fill_gap(&self, nonce: u64, fees: &Eip1559Estimation) -> Result<(), RelayError> {
         let from = self.key.address();
+        // Within the chain's cap too: above it, the filler waits in the pool for fees to fall.
+        let cap = self.chain.max_fee_per_gas.unwrap_or(u128::MAX);
+        let max_fee = fees.max_fee_per_gas.min(cap);
         let filler = TransactionRequest::default()
             .with_from(from)
             .with_to(from)
             .with_nonce(nonce)
             .with_gas_limit(21_000)
-            .with_max_fee_per_gas(fees.max_fee_per_gas)
-            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas);
+            .with_max_fee_per_gas(max_fee)
+            .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas.min(max_fee));
         let envelope = self.signed(filler).await?;
         let _pending = self
             .node

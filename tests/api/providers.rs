@@ -70,7 +70,8 @@ async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothin
 /// A chain behind two endpoints (two proxies in front of one node). One says a head 20 blocks
 /// behind: reads move to the other, and no range of logs goes to the one behind. The other goes
 /// down: everything fails over, and a payment settles. Both down: `/readyz` says the chain has no
-/// endpoint; back up, it is ready again. Transactions go to every endpoint up.
+/// endpoint; back up, a payment settles. One stalls past the calls' timeout: the other answers.
+/// Transactions go to every endpoint up.
 #[tokio::test]
 async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind() {
     let anvil = Anvil::start().await;
@@ -123,5 +124,8 @@ async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind
     assert!(degraded, "{}", app.get("/readyz").await.body);
     behind.set_down(false);
     other.set_down(false);
+    pay().await;
+
+    other.set_stalled(true);
     pay().await;
 }

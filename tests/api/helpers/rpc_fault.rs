@@ -6,7 +6,8 @@
 //!
 //! It also refuses, when told to, every `eth_getLogs` over more blocks than a cap, as hosted
 //! providers do, in their own words in turn (or HTTP 413), and keeps the widest range it served;
-//! it can be down (HTTP 503 to everything), or lag (say a head some blocks below the node's);
+//! it can be down (HTTP 503 to everything), stall (hold every request past any client's
+//! timeout), or lag (say a head some blocks below the node's);
 //! and it counts the calls it passed on by method.
 
 use std::sync::{
@@ -30,6 +31,7 @@ struct Aim {
     range_refusals: Arc<AtomicU64>,
     widest_range_served: Arc<AtomicU64>,
     down: Arc<std::sync::atomic::AtomicBool>,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
     lag: Arc<AtomicU64>,
     served: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
 }
@@ -66,6 +68,7 @@ impl RpcFaultProxy {
             range_refusals: Arc::default(),
             widest_range_served: Arc::default(),
             down: Arc::default(),
+            stalled: Arc::default(),
             lag: Arc::default(),
             served: Arc::default(),
         };
@@ -113,6 +116,11 @@ impl RpcFaultProxy {
         self.aim.down.store(down, Ordering::SeqCst);
     }
 
+    /// Stalling (every request held for a minute before it is passed on) or not.
+    pub fn set_stalled(&self, stalled: bool) {
+        self.aim.stalled.store(stalled, Ordering::SeqCst);
+    }
+
     /// From now on, its `eth_blockNumber` says a head `blocks` below the node's.
     pub fn lag_by(&self, blocks: u64) {
         self.aim.lag.store(blocks, Ordering::SeqCst);
@@ -148,6 +156,9 @@ fn logs_range(body: &[u8]) -> Option<(u64, serde_json::Value)> {
 async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Response {
     if aim.down.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    if aim.stalled.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
     }
     let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let method = request["method"].as_str().unwrap_or("").to_owned();
