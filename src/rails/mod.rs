@@ -7,13 +7,17 @@
 //! - `evm`: EVM encodings without the database: token bindings, EIP-3009 typed data, deposit
 //!   addresses' CREATE2, the devnet
 //! - `rpc`: a provider per chain, with timeouts, and how its failures read
+//! - `endpoints`: several JSON-RPC endpoints of one chain as one provider: failover, lag, a range
+//!   of logs only from an endpoint that has it, transactions to all
+//! - `finality`: when a block is done on a chain (a count, or the node's `safe`/`finalized` head)
 //! - `follower`: the cursor, block ranges of logs, reorgs, halting, confirmations; a `Watch`
 //!   says what to look for and what a confirmed log changes
 //! - `tokens`: the tokens read from chains, kept in PostgreSQL
 //! - `eip3009`: what every EIP-3009 authorization of ours shares, whichever way to pay signs it:
 //!   its terms and document, the signer's proof, its submission, its nonce's logs
 //! - `outbox`: the chain transactions to send, by kind, subject and dedupe key; awaiting one
-//! - `relayer`: sends the outbox, a worker per key and chain, each key held by one replica
+//! - `relayer`: sends the outbox, a worker per key and chain, each key held by one replica, within
+//!   its balance and the chain's fee cap
 //! - `wakeup`: wakes a chain's relayers when a submission is queued, and whoever awaits one when
 //!   it is sent or done, instead of at their next poll
 //! - `inclusion`: wakes whoever waits for a transaction when a block includes it
