@@ -475,14 +475,14 @@ impl Relayer<'_> {
             let price = match self.price(submission, &nonces) {
                 Ok(price) => price,
                 Err(hold) => {
-                    self.hold(conn, submission, hold).await?;
+                    self.hold(conn, submission, hold, hold.code()).await?;
                     continue;
                 }
             };
             let cost = U256::from(gas_limit) * U256::from(price.max_fee);
             if cost > budget {
-                self.hold(conn, submission, Hold::RelayerUnderfunded)
-                    .await?;
+                let hold = Hold::RelayerUnderfunded;
+                self.hold(conn, submission, hold, hold.code()).await?;
                 continue;
             }
             budget -= cost;
@@ -598,13 +598,7 @@ impl Relayer<'_> {
         let kind = self.kinds.get(&s.kind);
         match kind.map(|k| k.classify(&reason)) {
             Some(Revert::Spent) => note(conn, s, &reason).await,
-            Some(Revert::NotYet(hold)) => {
-                hold_back(conn, s, &reason).await?;
-                match kind {
-                    Some(kind) => kind.held(conn, &s.subject, hold).await,
-                    None => Ok(()),
-                }
-            }
+            Some(Revert::NotYet(hold)) => self.hold(conn, s, hold, &reason).await,
             // Sending again will not change the token's mind: tried again with backoff (the
             // domain may come back), and the token read again.
             Some(Revert::SignatureRefused) => {
@@ -740,14 +734,16 @@ impl Relayer<'_> {
         })
     }
 
-    /// The submission waits for `hold`, and its subject says so (`pending_reason`, an event once).
+    /// The submission waits for `hold` (`why` recorded on it), and its subject says so
+    /// (`pending_reason`, an event once).
     async fn hold(
         &self,
         conn: &mut PgConnection,
         s: &Submission,
         hold: Hold,
+        why: &str,
     ) -> Result<(), sqlx::Error> {
-        hold_back(conn, s, hold.code()).await?;
+        hold_back(conn, s, why).await?;
         match self.kinds.get(&s.kind) {
             Some(kind) => kind.held(conn, &s.subject, hold).await,
             None => Ok(()),
