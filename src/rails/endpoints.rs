@@ -2,7 +2,8 @@
 //! transport, under the same provider type as a single one ([`super::rpc::Node`]):
 //!
 //! - Calls go to the current endpoint; one that fails at the HTTP level (unreachable, a timeout,
-//!   429, 5xx) is left alone for a while and the call goes to the next.
+//!   5xx) is left alone for a while and the call goes to the next; one that answers 429 is left
+//!   alone for its `Retry-After` (seconds or a date; at most [`MAX_REST`]).
 //! - `eth_blockNumber` asks every endpoint not resting at once: each one's head is kept, and the
 //!   current endpoint moves to the highest head when it lags it by more than
 //!   `CHAIN_MAX_LAG_BLOCKS`.
@@ -26,10 +27,7 @@ use std::{
 
 use alloy::{
     rpc::json_rpc::{RequestPacket, ResponsePacket},
-    transports::{
-        RpcError, TransportError, TransportErrorKind, TransportFut,
-        http::{Http, reqwest},
-    },
+    transports::{RpcError, TransportError, TransportErrorKind, TransportFut, http::reqwest},
 };
 use futures::future::join_all;
 
@@ -37,6 +35,9 @@ use crate::telemetry::metrics as names;
 
 /// How long an endpoint that failed is left alone.
 const REST: Duration = Duration::from_secs(10);
+/// The longest a `Retry-After` is honoured: a provider asking for an hour is asked again sooner
+/// (and, while every endpoint rests, calls still go to one).
+const MAX_REST: Duration = Duration::from_secs(300);
 
 /// The endpoints of one chain, as one `tower` service of JSON-RPC packets.
 #[derive(Clone)]
@@ -53,7 +54,8 @@ struct Inner {
 struct Endpoint {
     /// The URL's host (and port): never its path, where providers put keys.
     label: String,
-    http: Http<reqwest::Client>,
+    url: url::Url,
+    client: reqwest::Client,
     /// Its head as last read; 0 before.
     head: AtomicU64,
     /// Left alone until then, after a failure.
@@ -68,22 +70,21 @@ impl Endpoint {
             .is_none_or(|until| Instant::now() >= until)
     }
 
-    fn rest(&self) {
+    fn rest(&self, rest: Duration) {
         *self
             .resting_until
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now() + REST);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now() + rest);
     }
 
-    /// Sends `request` here, counting the call by its outcome.
+    /// Sends `request` here, counting the call by its outcome; an endpoint that fails rests.
     async fn send(
         &self,
         chain: &str,
         request: RequestPacket,
     ) -> Result<ResponsePacket, TransportError> {
-        use tower::Service;
         let started = Instant::now();
-        let answer = self.http.clone().call(request).await;
+        let (answer, rest) = self.post(&request).await;
         let outcome = match &answer {
             Ok(_) => "ok".to_owned(),
             Err(RpcError::Transport(TransportErrorKind::HttpError(e))) => {
@@ -96,9 +97,61 @@ impl Endpoint {
         metrics::histogram!(names::RPC_CALL_SECONDS, "chain" => chain.to_owned(), "endpoint" => self.label.clone())
             .record(started.elapsed().as_secs_f64());
         if answer.is_err() {
-            self.rest();
+            self.rest(rest);
         }
         answer
+    }
+
+    /// One JSON-RPC POST, and how long to leave the endpoint alone if it failed: its
+    /// `Retry-After` when it answered 429 with one, [`REST`] otherwise.
+    async fn post(
+        &self,
+        request: &RequestPacket,
+    ) -> (Result<ResponsePacket, TransportError>, Duration) {
+        let sent = self
+            .client
+            .post(self.url.clone())
+            .json(request)
+            .send()
+            .await;
+        let answer = match sent {
+            Ok(answer) => answer,
+            Err(e) => return (Err(TransportErrorKind::custom(e)), REST),
+        };
+        let status = answer.status();
+        let rest = retry_after(answer.headers())
+            .filter(|_| status == reqwest::StatusCode::TOO_MANY_REQUESTS)
+            .map_or(REST, |rest| rest.min(MAX_REST));
+        let body = match answer.bytes().await {
+            Ok(body) => body,
+            Err(e) => return (Err(TransportErrorKind::custom(e)), REST),
+        };
+        if !status.is_success() {
+            let body = String::from_utf8_lossy(&body).into_owned();
+            return (
+                Err(TransportErrorKind::http_error(status.as_u16(), body)),
+                rest,
+            );
+        }
+        let parsed = serde_json::from_slice(&body)
+            .map_err(|e| TransportError::deser_err(e, String::from_utf8_lossy(&body)));
+        (parsed, REST)
+    }
+}
+
+/// A `Retry-After` header: a number of seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    match value.parse::<u64>() {
+        Ok(seconds) => Some(Duration::from_secs(seconds)),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(std::time::SystemTime::now())
+            .ok(),
     }
 }
 
@@ -112,7 +165,8 @@ impl Endpoints {
                     Some(port) => format!("{}:{port}", url.host_str().unwrap_or("")),
                     None => url.host_str().unwrap_or("").to_owned(),
                 },
-                http: Http::with_client(client.clone(), url.clone()),
+                url: url.clone(),
+                client: client.clone(),
                 head: AtomicU64::new(0),
                 resting_until: Mutex::new(None),
             })
@@ -132,6 +186,38 @@ impl Endpoints {
 
     pub fn chain(&self) -> &str {
         &self.0.chain
+    }
+
+    /// Which blocks the usable endpoints that have block `number` name there, when they do not
+    /// all name the same one (`None` when they agree, or only one answers). A node that briefly
+    /// serves a block another has reorged away is caught here before its block is confirmed.
+    pub async fn disagreement_at(&self, number: u64) -> Option<String> {
+        let request = alloy::rpc::json_rpc::Request::new(
+            "eth_getBlockByNumber",
+            alloy::rpc::json_rpc::Id::Number(0),
+            (format!("{number:#x}"), false),
+        );
+        let packet = RequestPacket::Single(request.serialize().ok()?);
+        let asked: Vec<&Endpoint> = self
+            .0
+            .endpoints
+            .iter()
+            .filter(|e| e.usable() && e.head.load(Ordering::Relaxed) >= number)
+            .collect();
+        let answers = join_all(asked.iter().map(|e| e.send(&self.0.chain, packet.clone()))).await;
+        let named: Vec<(&str, String)> = asked
+            .iter()
+            .zip(answers)
+            .filter_map(|(e, answer)| Some((e.label.as_str(), block_hash(&answer.ok()?)?)))
+            .collect();
+        let first = &named.first()?.1;
+        named.iter().any(|(_, hash)| hash != first).then(|| {
+            named
+                .iter()
+                .map(|(label, hash)| format!("{label}: {hash}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
     }
 }
 
@@ -297,6 +383,16 @@ fn block_number(packet: &ResponsePacket) -> Option<u64> {
     let raw = response.payload.as_success()?;
     let hex: String = serde_json::from_str(raw.get()).ok()?;
     u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
+}
+
+/// The hash of the block an `eth_getBlockByNumber` answer holds; `None` for no block.
+fn block_hash(packet: &ResponsePacket) -> Option<String> {
+    let ResponsePacket::Single(response) = packet else {
+        return None;
+    };
+    let block: serde_json::Value =
+        serde_json::from_str(response.payload.as_success()?.get()).ok()?;
+    block["hash"].as_str().map(str::to_owned)
 }
 
 /// The last block of a range `eth_getLogs` (`toBlock` as a number); `None` for one by block

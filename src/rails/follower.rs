@@ -25,6 +25,7 @@ use serde_json::Value;
 use sqlx::{Connection, PgConnection, types::Json};
 
 use super::{
+    endpoints::Endpoints,
     finality::{self, Finality},
     rpc::{ChainError, Node},
 };
@@ -380,6 +381,10 @@ pub struct Follower<W> {
     /// Blocks asked for in one `eth_getLogs` now: at most [`MAX_BLOCKS_PER_TICK`], less while
     /// the node refuses wider ranges.
     span: AtomicU64,
+    /// A chain's several endpoints, which must agree on a block before it is confirmed.
+    endpoints: Option<Endpoints>,
+    /// The newest done block they were seen to agree on.
+    agreed_up_to: AtomicU64,
 }
 
 impl<W: Watch> Follower<W> {
@@ -391,7 +396,15 @@ impl<W: Watch> Follower<W> {
             finality,
             watch,
             span: AtomicU64::new(MAX_BLOCKS_PER_TICK),
+            endpoints: None,
+            agreed_up_to: AtomicU64::new(0),
         }
+    }
+
+    /// Confirms only blocks every endpoint of `endpoints` agrees on (a chain served by several).
+    pub fn with_endpoints(mut self, endpoints: Option<Endpoints>) -> Self {
+        self.endpoints = endpoints;
+        self
     }
 }
 
@@ -526,7 +539,9 @@ impl<W: Watch> Follower<W> {
         metrics::gauge!(names::CHAIN_LISTENER_LAG, "chain" => label)
             .set(head.saturating_sub(cursor.number as u64) as f64);
         let done = finality::done_up_to(self.finality, &self.node, cursor.number as u64).await?;
-        if let Some(done) = done {
+        if let Some(done) = done
+            && self.endpoints_agree_on(done).await
+        {
             if !matches!(self.finality, Finality::Confirmations(_)) {
                 self.store_done_block(conn, done).await?;
             }
@@ -567,6 +582,31 @@ impl<W: Watch> Follower<W> {
             store_block(conn, self.chain.id, &block).await?;
         }
         Ok(())
+    }
+
+    /// Whether the chain's endpoints name the same block at `done` (always, with one endpoint).
+    /// While they do not, nothing more is confirmed: one of them serves a block the others do not
+    /// have, and which one is right is known only when they agree again (or the odd one falls
+    /// behind, stops answering or is dropped).
+    async fn endpoints_agree_on(&self, done: u64) -> bool {
+        let Some(endpoints) = &self.endpoints else {
+            return true;
+        };
+        if done <= self.agreed_up_to.load(Ordering::Relaxed) {
+            return true;
+        }
+        match endpoints.disagreement_at(done).await {
+            None => {
+                self.agreed_up_to.store(done, Ordering::Relaxed);
+                true
+            }
+            Some(blocks) => {
+                metrics::counter!(names::CHAIN_ENDPOINTS_DISAGREE, "chain" => self.chain.name.clone())
+                    .increment(1);
+                tracing::warn!(chain = %self.chain.name, block = done, %blocks, "the chain's endpoints disagree on a block; nothing more is confirmed until they agree");
+                false
+            }
+        }
     }
 
     fn set_span(&self, blocks: u64) {

@@ -59,17 +59,19 @@ pub struct Chains {
     pub inclusions: inclusion::Inclusions,
     /// Which relayer keys are low on funds, as this replica's relayers last read them.
     pub funds: relayer::Funds,
-    /// The chains served through several endpoints.
-    endpoints: Arc<Vec<endpoints::Endpoints>>,
+    /// The chains served through several endpoints, by name.
+    endpoints: Arc<HashMap<String, endpoints::Endpoints>>,
 }
 
 impl Chains {
     pub fn new(settings: &SettlementSettings) -> Self {
-        let mut several = Vec::new();
+        let mut several = HashMap::new();
         let mut nodes = HashMap::new();
         for chain in &settings.chains {
             let (node, endpoints) = rpc::connect_chain(chain, settings.max_lag_blocks);
-            several.extend(endpoints);
+            if let Some(endpoints) = endpoints {
+                several.insert(chain.name.clone(), endpoints);
+            }
             nodes.insert(chain.name.clone(), (chain.clone(), node));
         }
         Self {
@@ -87,7 +89,7 @@ impl Chains {
     pub fn degraded(&self) -> Vec<String> {
         let mut degraded: Vec<String> = self
             .endpoints
-            .iter()
+            .values()
             .filter(|e| !e.any_usable())
             .map(|e| format!("{}: no RPC endpoint answers", e.chain()))
             .collect();
@@ -141,6 +143,7 @@ pub fn spawn<W: Watch + Clone>(
         let finality = settings.finality_of(endpoint);
         workers.spawn(format!("follower of {}", endpoint.name), schedule, {
             let (pool, endpoint, node) = (pool.clone(), endpoint.clone(), node.clone());
+            let several = chains.endpoints.get(&endpoint.name).cloned();
             let watch = watch.clone();
             move || {
                 Follower::new(
@@ -150,6 +153,7 @@ pub fn spawn<W: Watch + Clone>(
                     finality,
                     watch.clone(),
                 )
+                .with_endpoints(several.clone())
             }
         });
         workers.spawn(format!("inclusions of {}", endpoint.name), schedule, {

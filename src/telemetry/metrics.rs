@@ -36,6 +36,7 @@ pub const RPC_CALL_SECONDS: &str = "rpc_call_seconds";
 pub const RPC_HEAD_LAG: &str = "rpc_endpoint_head_lag_blocks";
 pub const CHAIN_LOGS_RANGE: &str = "chain_logs_range_blocks";
 pub const CHAIN_LOGS_RANGE_REFUSALS: &str = "chain_logs_range_refusals_total";
+pub const CHAIN_ENDPOINTS_DISAGREE: &str = "chain_endpoints_disagreements_total";
 pub const RELAYER_PENDING: &str = "relayer_submissions_pending";
 pub const RELAYER_SENT: &str = "relayer_transactions_sent_total";
 pub const RELAYER_BALANCE: &str = "relayer_balance_wei";

@@ -11,6 +11,8 @@ use crate::{
 };
 
 const AMOUNT: u128 = 100_000_000;
+/// The address of the relayer's key (anvil's fourth account).
+const RELAYER: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 
 /// A provider that refuses any `eth_getLogs` over 16 blocks, in each large provider's words in
 /// turn and as HTTP 413: the follower halves its range until it is served and grows it back, and
@@ -128,4 +130,200 @@ async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind
 
     other.set_stalled(true);
     pay().await;
+}
+
+/// Awaits `condition`, looking every 20 ms; panics after 30 s.
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// One endpoint answers 429 with `Retry-After: 12`: it is asked nothing for those 12 s (the other
+/// answers, a payment settles) and is asked again after. Then every broadcast's answer is lost
+/// with its connection, though the node took the transaction: the payment still settles once,
+/// from one transaction.
+#[tokio::test]
+async fn a_throttled_endpoint_rests_for_its_retry_after_and_a_lost_broadcast_answer_pays_once() {
+    let anvil = Anvil::start().await;
+    let throttled = RpcFaultProxy::start(&anvil.url).await;
+    let other = RpcFaultProxy::start(&anvil.url).await;
+    let urls: Vec<url::Url> = [&throttled.url, &other.url]
+        .iter()
+        .map(|u| u.parse().unwrap())
+        .collect();
+    let app = app_on_with(&anvil, 1, true, move |s| {
+        s.settlement.chains[0].rpc_urls = urls;
+    })
+    .await;
+    let pay = || async {
+        let id = app.create_intent_id(SEED_BODY).await;
+        let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+        let answer = app.confirm(&id, &signature).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        app.wait_for_state(&id, "succeeded").await;
+        id
+    };
+    let before = anvil.balance(PAYEE);
+    pay().await;
+
+    throttled.throttle_next(12);
+    until("the endpoint said 429", || {
+        throttled.arrivals().iter().any(|(_, refused)| *refused)
+    })
+    .await;
+    pay().await;
+    until("the throttled endpoint is asked again", || {
+        throttled
+            .arrivals()
+            .iter()
+            .skip_while(|(_, refused)| !refused)
+            .nth(1)
+            .is_some()
+    })
+    .await;
+    let arrivals = throttled.arrivals();
+    let refused_at = arrivals.iter().find(|(_, refused)| *refused).unwrap().0;
+    let next = arrivals
+        .iter()
+        .skip_while(|(_, refused)| !refused)
+        .nth(1)
+        .unwrap()
+        .0;
+    assert!(
+        next - refused_at >= std::time::Duration::from_secs(12),
+        "asked again {:?} after its 429 with Retry-After: 12, longer than a failed endpoint's rest",
+        next - refused_at
+    );
+
+    throttled.reset_answers_to(Some("eth_sendRawTransaction"));
+    other.reset_answers_to(Some("eth_sendRawTransaction"));
+    let relayer_nonce = anvil.cast(&["nonce", RELAYER, "--rpc-url", &anvil.url]);
+    let id = pay().await;
+    assert_eq!(
+        app.event_types(&id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.processing",
+            "payment_intent.succeeded"
+        ]
+    );
+    let relayer_sent = anvil
+        .cast(&["nonce", RELAYER, "--rpc-url", &anvil.url])
+        .parse::<u64>()
+        .unwrap()
+        - relayer_nonce.parse::<u64>().unwrap();
+    assert_eq!(
+        relayer_sent, 1,
+        "one transaction for the payment whose broadcast answers were lost"
+    );
+    app.wait_for_listener(&anvil).await;
+    assert_eq!(anvil.balance(PAYEE) - before, 3 * AMOUNT);
+    let (agrees, output) = reconcile(&app, &anvil);
+    assert!(agrees, "{output}");
+}
+
+/// A second node of the chain (an anvil forked from it) serves blocks of its own: a payment that
+/// reached only that node is read from it, but the two endpoints name different blocks at the
+/// height that would confirm it, so nothing is confirmed while they disagree. The odd node dies:
+/// its blocks are dropped as a reorg, the intent was never paid, and paying it through the node
+/// left settles it once.
+#[tokio::test]
+async fn a_block_the_endpoints_disagree_on_is_not_confirmed_and_a_node_dying_loses_nothing() {
+    let anvil = Anvil::start().await;
+    // The odd one first: reads go to it while the heads agree.
+    let odd = RpcFaultProxy::start(&anvil.url).await;
+    let good = RpcFaultProxy::start(&anvil.url).await;
+    let urls: Vec<url::Url> = [&odd.url, &good.url]
+        .iter()
+        .map(|u| u.parse().unwrap())
+        .collect();
+    let app = app_on_with(&anvil, 3, true, move |s| {
+        s.settlement.chains[0].rpc_urls = urls;
+    })
+    .await;
+    let before = anvil.balance(PAYEE);
+    let first = app.create_intent_id(SEED_BODY).await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&first).await);
+    assert_eq!(app.confirm(&first, &signature).await.status, 200);
+    app.mine_until(
+        &anvil,
+        "the first payment settles",
+        &format!("(SELECT state = 'succeeded' FROM payment_intents WHERE id = '{first}')"),
+    )
+    .await;
+
+    let mut fork = anvil.fork().await;
+    odd.point_at(&fork.url);
+    let id = app.create_intent_id(SEED_BODY).await;
+    let typed = app.typed_data(&id).await;
+    let signature = anvil.sign(PAYER_KEY, &typed);
+    fork.submit_as_payer(&typed, &signature);
+    anvil.mine(1).await;
+    app.wait_until(
+        "the payment on the odd node is observed",
+        "EXISTS (SELECT 1 FROM chain_observations WHERE applied_at IS NULL)",
+    )
+    .await;
+    let disagreements = || async {
+        let metrics = app.get("/metrics").await.body;
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("chain_endpoints_disagreements_total{chain=\"evm:31337\"} ")
+            })
+            .map_or(0.0, |n| n.parse::<f64>().unwrap())
+    };
+    let held_from = disagreements().await;
+    // Both go on: the payment's block is deep enough to confirm, had they agreed. Awaited: the
+    // follower holding on their disagreement, or the payment settling, whichever comes first.
+    fork.mine(8).await;
+    anvil.mine(8).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while disagreements().await < held_from + 3.0 && app.state_of(&id).await == "created" {
+        assert!(tokio::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        app.state_of(&id).await,
+        "created",
+        "a payment only the odd node has is not confirmed"
+    );
+
+    fork.kill();
+    app.wait_until(
+        "the odd node's blocks are dropped",
+        "NOT EXISTS (SELECT 1 FROM chain_observations WHERE applied_at IS NULL)",
+    )
+    .await;
+    assert_eq!(app.state_of(&id).await, "created");
+    let answer = app.confirm(&id, &signature).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.mine_until(
+        &anvil,
+        "the payment settles",
+        &format!("(SELECT state = 'succeeded' FROM payment_intents WHERE id = '{id}')"),
+    )
+    .await;
+    assert_eq!(
+        app.event_types(&id).await,
+        [
+            "payment_intent.created",
+            "payment_intent.processing",
+            "payment_intent.succeeded"
+        ]
+    );
+    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entries")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(entries, 2, "each payment booked once");
+    assert_eq!(anvil.balance(PAYEE) - before, 2 * AMOUNT);
+    let (agrees, output) = reconcile(&app, &anvil);
+    assert!(agrees, "{output}");
 }

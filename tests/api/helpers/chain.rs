@@ -66,6 +66,26 @@ impl Anvil {
     /// addresses (one deployer, the same nonces), as tokens and factories deployed
     /// deterministically are on real chains.
     pub async fn start_as(chain_id: u64, args: &[&str]) -> Self {
+        let anvil = Self::spawn(chain_id, args).await;
+        devnet::set_up(&anvil.url.parse().unwrap())
+            .await
+            .expect("deploy the devnet token");
+        anvil
+    }
+
+    /// A second node of this chain that forks from its head and then goes its own way: what a
+    /// node serving blocks the others reorged away looks like.
+    pub async fn fork(&self) -> Self {
+        Self::spawn(self.chain_id, &["--fork-url", &self.url]).await
+    }
+
+    /// The node dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn spawn(chain_id: u64, args: &[&str]) -> Self {
         let mut child = Command::new(tool("anvil"))
             .args(["--port", "0", "--chain-id", &chain_id.to_string()])
             .args(args)
@@ -87,15 +107,11 @@ impl Anvil {
         })
         .await
         .unwrap();
-        let anvil = Self {
+        Self {
             child,
             url,
             chain_id,
-        };
-        devnet::set_up(&anvil.url.parse().unwrap())
-            .await
-            .expect("deploy the devnet token");
-        anvil
+        }
     }
 
     /// Settlement settings for this chain.

@@ -7,8 +7,9 @@
 //! It also refuses, when told to, every `eth_getLogs` over more blocks than a cap, as hosted
 //! providers do, in their own words in turn (or HTTP 413), and keeps the widest range it served;
 //! it can be down (HTTP 503 to everything), stall (hold every request past any client's
-//! timeout), or lag (say a head some blocks below the node's);
-//! and it counts the calls it passed on by method.
+//! timeout), lag (say a head some blocks below the node's), throttle (429 with `Retry-After`),
+//! reset (pass a request on, then break the connection instead of answering) or be pointed at
+//! another node; and it counts the calls it passed on by method and keeps when each request came.
 
 use std::sync::{
     Arc,
@@ -19,7 +20,7 @@ use axum::{body::Bytes, extract::State, http::StatusCode, response::IntoResponse
 
 #[derive(Clone)]
 struct Aim {
-    upstream: String,
+    upstream: Arc<std::sync::Mutex<String>>,
     client: reqwest::Client,
     /// The process to kill; 0 for none.
     victim: Arc<AtomicU32>,
@@ -34,6 +35,12 @@ struct Aim {
     stalled: Arc<std::sync::atomic::AtomicBool>,
     lag: Arc<AtomicU64>,
     served: Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>,
+    /// The `Retry-After` seconds of the next answer, a 429; `u64::MAX` for none.
+    throttle_next: Arc<AtomicU64>,
+    /// The method whose answers are lost with their connection; empty for none.
+    resetting: Arc<std::sync::Mutex<String>>,
+    /// When each request came, and whether it was answered 429.
+    arrivals: Arc<std::sync::Mutex<Vec<(std::time::Instant, bool)>>>,
 }
 
 /// How the large providers refuse an `eth_getLogs` range (JSON-RPC code and message; `None`: the
@@ -59,7 +66,7 @@ impl RpcFaultProxy {
     /// A proxy to the node at `upstream`, aimed at nothing yet.
     pub async fn start(upstream: &str) -> Self {
         let aim = Aim {
-            upstream: upstream.to_owned(),
+            upstream: Arc::new(std::sync::Mutex::new(upstream.to_owned())),
             client: reqwest::Client::new(),
             victim: Arc::default(),
             probability: Arc::default(),
@@ -71,6 +78,9 @@ impl RpcFaultProxy {
             stalled: Arc::default(),
             lag: Arc::default(),
             served: Arc::default(),
+            throttle_next: Arc::new(AtomicU64::new(u64::MAX)),
+            resetting: Arc::default(),
+            arrivals: Arc::default(),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -132,6 +142,27 @@ impl RpcFaultProxy {
         served.get(method).copied().unwrap_or(0)
     }
 
+    /// Its next answer is 429 with `Retry-After: seconds`, as a provider's rate limit.
+    pub fn throttle_next(&self, seconds: u64) {
+        self.aim.throttle_next.store(seconds, Ordering::SeqCst);
+    }
+
+    /// When each request came, and whether it was the one answered 429.
+    pub fn arrivals(&self) -> Vec<(std::time::Instant, bool)> {
+        self.aim.arrivals.lock().unwrap().clone()
+    }
+
+    /// From now on, each `method` request is passed to the node and its answer dropped with the
+    /// connection (`None`: none is).
+    pub fn reset_answers_to(&self, method: Option<&str>) {
+        *self.aim.resetting.lock().unwrap() = method.unwrap_or("").to_owned();
+    }
+
+    /// From now on, requests go to the node at `upstream`.
+    pub fn point_at(&self, upstream: &str) {
+        *self.aim.upstream.lock().unwrap() = upstream.to_owned();
+    }
+
     /// The widest `eth_getLogs` block range it passed to the node.
     pub fn widest_range_served(&self) -> u64 {
         self.aim.widest_range_served.load(Ordering::SeqCst)
@@ -154,6 +185,19 @@ fn logs_range(body: &[u8]) -> Option<(u64, serde_json::Value)> {
 }
 
 async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Response {
+    let throttled = aim.throttle_next.swap(u64::MAX, Ordering::SeqCst);
+    aim.arrivals
+        .lock()
+        .unwrap()
+        .push((std::time::Instant::now(), throttled != u64::MAX));
+    if throttled != u64::MAX {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", throttled.to_string())],
+            "Too Many Requests",
+        )
+            .into_response();
+    }
     if aim.down.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
@@ -176,9 +220,10 @@ async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Respons
         }
         aim.widest_range_served.fetch_max(blocks, Ordering::SeqCst);
     }
+    let upstream = aim.upstream.lock().unwrap().clone();
     let answer = aim
         .client
-        .post(&aim.upstream)
+        .post(&upstream)
         .header("content-type", "application/json")
         .body(body.clone())
         .send()
@@ -215,6 +260,20 @@ async fn forward(State(aim): State<Aim>, body: Bytes) -> axum::response::Respons
         aim.victim.store(0, Ordering::SeqCst);
         aim.kills.fetch_add(1, Ordering::SeqCst);
         return StatusCode::BAD_GATEWAY.into_response();
+    }
+    if *aim.resetting.lock().unwrap() == method {
+        // The node did the work; the answer dies with the connection, mid-body.
+        let broken = futures::stream::once(async {
+            Err::<Bytes, _>(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "reset",
+            ))
+        });
+        return (
+            [("content-length", bytes.len().to_string())],
+            axum::body::Body::from_stream(broken),
+        )
+            .into_response();
     }
     (status, [("content-type", "application/json")], bytes).into_response()
 }
