@@ -17,6 +17,7 @@ use crate::{
     client::Shared,
     cluster::{Chain, Postgres, Replica},
     patroni::{self, PatroniCluster},
+    rpc_fault::RpcFaultProxy,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -309,6 +310,33 @@ pub async fn age_intents(shared: Arc<Shared>, database_url: String) -> u64 {
         }
     }
     aged
+}
+
+/// One of the second chain's two endpoints misbehaves as hosted providers do, one way after
+/// another for 4 s each, well-behaved for 4 s between: 20 blocks behind, a 429 with
+/// `Retry-After`, `eth_getLogs` refused over 16 blocks, down, stalled past every timeout, and
+/// broadcasts whose answers are lost with the connection. Returns the turns it misbehaved.
+pub async fn misbehave(shared: Arc<Shared>, endpoint: RpcFaultProxy) -> u64 {
+    let mut turns = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        match turns % 6 {
+            0 => endpoint.lag_by(20),
+            1 => endpoint.throttle_next(3),
+            2 => endpoint.cap_log_ranges(16),
+            3 => endpoint.set_down(true),
+            4 => endpoint.set_stalled(true),
+            _ => endpoint.reset_answers_to(Some("eth_sendRawTransaction")),
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        endpoint.lag_by(0);
+        endpoint.cap_log_ranges(0);
+        endpoint.set_down(false);
+        endpoint.set_stalled(false);
+        endpoint.reset_answers_to(None);
+        turns += 1;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    }
+    turns
 }
 
 /// Samples every replica's /readyz, to show each one rides out the database restart by itself.

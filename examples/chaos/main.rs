@@ -14,7 +14,8 @@ mod orders;
 mod patroni;
 mod payer;
 mod receiver;
-// The API tests' proxy that kills a process between its broadcast and the record of it.
+// The API tests' JSON-RPC fault proxy: kills a process between a broadcast and its record, and
+// misbehaves as hosted providers do.
 #[path = "../../tests/api/helpers/rpc_fault.rs"]
 #[allow(dead_code)]
 mod rpc_fault;
@@ -156,6 +157,9 @@ async fn main() -> anyhow::Result<()> {
         ("evm:31338".to_owned(), second_chain.url()),
     ];
     orders::fund(&chains).await?;
+    // The second chain through two endpoints, one of which misbehaves as providers do.
+    let steady = rpc_fault::RpcFaultProxy::start(&chains[1].1).await;
+    let flaky = rpc_fault::RpcFaultProxy::start(&chains[1].1).await;
     let factory = payments_api::rails::evm::deposit::devnet_factory();
 
     let env = vec![
@@ -187,7 +191,10 @@ async fn main() -> anyhow::Result<()> {
         ("RUST_LOG".to_owned(), "info".to_owned()),
         (
             "CHAINS".to_owned(),
-            format!("evm:31337={chain_url},evm:31338={}", chains[1].1),
+            format!(
+                "evm:31337={chain_url},evm:31338={},{}",
+                steady.url, flaky.url
+            ),
         ),
         ("CHAIN_CONFIRMATIONS".to_owned(), CONFIRMATIONS.to_string()),
         ("CHAIN_POLL_INTERVAL_MS".to_owned(), "200".to_owned()),
@@ -266,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
     let orderer = tokio::spawn(orders::run(shared.clone(), chains.clone()));
     let ager = tokio::spawn(faults::age_intents(shared.clone(), database_url.clone()));
     let readiness = tokio::spawn(faults::watch_readiness(shared.clone()));
+    let misbehaving = tokio::spawn(faults::misbehave(shared.clone(), flaky));
 
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     // Stop new operations; the ones under way keep retrying until they have a final answer.
@@ -283,6 +291,7 @@ async fn main() -> anyhow::Result<()> {
     let deposited = depositor.await?;
     let ordered = orderer.await?;
     let readiness = readiness.await?;
+    let misbehaved = misbehaving.await?;
     for replica in replicas.lock().await.iter_mut() {
         replica.signal("CONT");
     }
@@ -346,6 +355,10 @@ async fn main() -> anyhow::Result<()> {
         ordered.deposited_twice,
         ordered.deposits_lost,
         ordered.confirmed_then_deposited
+    );
+    println!(
+        "provider: one of evm:31338's two endpoints misbehaved {misbehaved} times (behind, 429, narrow log ranges, down, stalled, broadcast answers lost); the other served {} calls",
+        steady.served_total()
     );
     let x402_answers = shared.x402_answers.lock().unwrap().clone();
     let mut verdict = checker::check(

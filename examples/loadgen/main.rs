@@ -7,8 +7,12 @@
 mod dashboard;
 mod deposits;
 mod endpoint_cost;
+mod follower;
 mod orders;
 mod retention;
+#[path = "../../tests/api/helpers/rpc_fault.rs"]
+#[allow(dead_code)]
+mod rpc_fault;
 mod settlement;
 mod tenants;
 mod x402;
@@ -122,6 +126,7 @@ struct Report {
     endpoint_cost: Option<endpoint_cost::EndpointCostReport>,
     settlement: Option<settlement::SettlementReport>,
     deposits: Option<deposits::DepositReport>,
+    follower: Option<follower::CatchUpReport>,
     orders: Option<orders::OrderReport>,
     x402: Option<x402::X402Report>,
     retention: Option<retention::RetentionReport>,
@@ -264,6 +269,11 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let follower = if wanted("follower") {
+        Some(follower::run(&api_bin, &args.server).await?)
+    } else {
+        None
+    };
     let orders = if wanted("orders") {
         let (report, measured) =
             orders::run(&api_bin, &args.server, &args.api_env, clients, duration).await?;
@@ -331,6 +341,7 @@ async fn main() -> anyhow::Result<()> {
         endpoint_cost,
         settlement,
         deposits,
+        follower,
         orders,
         x402,
         retention,
@@ -864,6 +875,21 @@ fn print_report(report: &Report) {
             println!(
                 "deposits: one block of {} transfers among {} open deposit intents: observed {:.0} ms, applied {:.0} ms after it was mined",
                 run.transfers, run.open_intents, run.observed_ms, run.applied_ms
+            );
+        }
+    }
+    if let Some(f) = &report.follower {
+        for run in &f.runs {
+            println!(
+                "follower: caught up {} blocks at {:.0} blocks/s with {} ({} eth_getLogs, {} refused)",
+                run.blocks,
+                run.blocks_per_second,
+                run.range_cap
+                    .map_or("no range cap".to_owned(), |cap| format!(
+                        "a {cap}-block range cap"
+                    )),
+                run.logs_calls,
+                run.range_refusals
             );
         }
     }

@@ -188,16 +188,16 @@ impl Endpoints {
         &self.0.chain
     }
 
-    /// Which blocks the usable endpoints that have block `number` name there, when they do not
-    /// all name the same one (`None` when they agree, or only one answers). A node that briefly
-    /// serves a block another has reorged away is caught here before its block is confirmed.
-    pub async fn disagreement_at(&self, number: u64) -> Option<String> {
+    /// Whether every usable endpoint that has block `number` names `hash` there (the block the
+    /// follower read): `Err` says which named another (a node briefly serving a block the others
+    /// reorganized away), or that none answered for it.
+    pub async fn agree_on(&self, number: u64, hash: &str) -> Result<(), String> {
         let request = alloy::rpc::json_rpc::Request::new(
             "eth_getBlockByNumber",
             alloy::rpc::json_rpc::Id::Number(0),
             (format!("{number:#x}"), false),
         );
-        let packet = RequestPacket::Single(request.serialize().ok()?);
+        let packet = RequestPacket::Single(request.serialize().map_err(|e| e.to_string())?);
         let asked: Vec<&Endpoint> = self
             .0
             .endpoints
@@ -210,14 +210,17 @@ impl Endpoints {
             .zip(answers)
             .filter_map(|(e, answer)| Some((e.label.as_str(), block_hash(&answer.ok()?)?)))
             .collect();
-        let first = &named.first()?.1;
-        named.iter().any(|(_, hash)| hash != first).then(|| {
-            named
-                .iter()
-                .map(|(label, hash)| format!("{label}: {hash}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
+        if named.is_empty() {
+            return Err(format!("no endpoint answered for block {number}"));
+        }
+        if named.iter().all(|(_, named)| named == hash) {
+            return Ok(());
+        }
+        Err(named
+            .iter()
+            .map(|(label, named)| format!("{label}: {named}"))
+            .collect::<Vec<_>>()
+            .join(", "))
     }
 }
 
@@ -417,5 +420,31 @@ impl tower::Service<RequestPacket> for Endpoints {
 
     fn call(&mut self, request: RequestPacket) -> Self::Future {
         Box::pin(self.0.clone().send(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        assert_eq!(retry_after(&headers("12")), Some(Duration::from_secs(12)));
+        let in_a_minute = std::time::SystemTime::now() + Duration::from_secs(60);
+        let rest = retry_after(&headers(&httpdate::fmt_http_date(in_a_minute))).unwrap();
+        assert!(rest > Duration::from_secs(55) && rest <= Duration::from_secs(60));
+        assert_eq!(
+            retry_after(&headers("Wed, 21 Oct 2015 07:28:00 GMT")),
+            None,
+            "a date past is no rest"
+        );
+        assert_eq!(retry_after(&headers("soon")), None);
+        assert_eq!(retry_after(&reqwest::header::HeaderMap::new()), None);
     }
 }

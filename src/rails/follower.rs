@@ -383,8 +383,8 @@ pub struct Follower<W> {
     span: AtomicU64,
     /// A chain's several endpoints, which must agree on a block before it is confirmed.
     endpoints: Option<Endpoints>,
-    /// The newest done block they were seen to agree on.
-    agreed_up_to: AtomicU64,
+    /// The cursor they were last seen to agree on.
+    agreed_on: std::sync::Mutex<Option<Cursor>>,
 }
 
 impl<W: Watch> Follower<W> {
@@ -397,7 +397,7 @@ impl<W: Watch> Follower<W> {
             watch,
             span: AtomicU64::new(MAX_BLOCKS_PER_TICK),
             endpoints: None,
-            agreed_up_to: AtomicU64::new(0),
+            agreed_on: std::sync::Mutex::new(None),
         }
     }
 
@@ -411,7 +411,10 @@ impl<W: Watch> Follower<W> {
 impl<W: Watch> Worker for Follower<W> {
     async fn run_once(&mut self) -> Result<Next, Failed> {
         match self.tick().await {
-            Ok(()) => Ok(Next::Wait),
+            // Behind the head after a range: the next one at once, so catching up runs at the
+            // node's pace, not a range per poll interval.
+            Ok(Behind(true)) => Ok(Next::Again),
+            Ok(Behind(false)) => Ok(Next::Wait),
             Err(FollowError::Halted(why)) => {
                 let label = self.chain.name.clone();
                 metrics::gauge!(names::CHAIN_LISTENER_HALTED, "chain" => label.clone()).set(1.0);
@@ -485,6 +488,9 @@ impl From<alloy::transports::TransportError> for FollowError {
     }
 }
 
+/// Whether a round left the follower's cursor below the head it read.
+struct Behind(bool);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Cursor {
     number: i64,
@@ -500,8 +506,9 @@ struct Header {
 }
 
 impl<W: Watch> Follower<W> {
-    /// One round: catch up with the chain, apply what is confirmed, then the confirmed time's work.
-    async fn tick(&self) -> Result<(), FollowError> {
+    /// One round: catch up with the chain (one range), apply what is confirmed, then the
+    /// confirmed time's work.
+    async fn tick(&self) -> Result<Behind, FollowError> {
         let mut conn = self.pool.acquire().await.map_err(FollowError::Database)?;
         let conn = &mut *conn;
         let label = self.chain.name.clone();
@@ -512,6 +519,7 @@ impl<W: Watch> Follower<W> {
             None => self.start(conn, head).await?,
         };
         cursor = self.rewind_if_reorged(conn, cursor).await?;
+        let mut moved = false;
         while (cursor.number as u64) < head {
             let span = self.span.load(Ordering::Relaxed);
             let until = head.min(cursor.number as u64 + span);
@@ -521,6 +529,7 @@ impl<W: Watch> Follower<W> {
                 Ok(next) => {
                     if let Some(next) = next {
                         cursor = next;
+                        moved = true;
                     }
                     self.set_span(span.saturating_mul(2).min(MAX_BLOCKS_PER_TICK));
                     break;
@@ -538,9 +547,11 @@ impl<W: Watch> Follower<W> {
         }
         metrics::gauge!(names::CHAIN_LISTENER_LAG, "chain" => label)
             .set(head.saturating_sub(cursor.number as u64) as f64);
+        // Not when the range did not extend the cursor: the next round is the period away.
+        let behind = Behind(moved && (cursor.number as u64) < head);
         let done = finality::done_up_to(self.finality, &self.node, cursor.number as u64).await?;
         if let Some(done) = done
-            && self.endpoints_agree_on(done).await
+            && self.endpoints_agree_on(&cursor).await
         {
             if !matches!(self.finality, Finality::Confirmations(_)) {
                 self.store_done_block(conn, done).await?;
@@ -558,7 +569,7 @@ impl<W: Watch> Follower<W> {
             .execute(&mut *conn)
             .await?;
         }
-        Ok(())
+        Ok(behind)
     }
 
     /// Stores the block the node names done, unless it is stored: its time is the confirmed
@@ -584,26 +595,32 @@ impl<W: Watch> Follower<W> {
         Ok(())
     }
 
-    /// Whether the chain's endpoints name the same block at `done` (always, with one endpoint).
-    /// While they do not, nothing more is confirmed: one of them serves a block the others do not
-    /// have, and which one is right is known only when they agree again (or the odd one falls
-    /// behind, stops answering or is dropped).
-    async fn endpoints_agree_on(&self, done: u64) -> bool {
+    /// Whether the chain's endpoints name the cursor's block at its height (always, with one
+    /// endpoint): then the blocks below it, the done one among them, are theirs too. While one
+    /// names another block, nothing is confirmed: it serves a chain the others do not have, and
+    /// which chain is right is known only when they agree again, or the odd one falls behind or
+    /// stops answering (the next round then reads, and rewinds to, the others' chain).
+    async fn endpoints_agree_on(&self, cursor: &Cursor) -> bool {
         let Some(endpoints) = &self.endpoints else {
             return true;
         };
-        if done <= self.agreed_up_to.load(Ordering::Relaxed) {
+        let agreed = || {
+            self.agreed_on
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if agreed().as_ref() == Some(cursor) {
             return true;
         }
-        match endpoints.disagreement_at(done).await {
-            None => {
-                self.agreed_up_to.store(done, Ordering::Relaxed);
+        match endpoints.agree_on(cursor.number as u64, &cursor.hash).await {
+            Ok(()) => {
+                *agreed() = Some(cursor.clone());
                 true
             }
-            Some(blocks) => {
+            Err(blocks) => {
                 metrics::counter!(names::CHAIN_ENDPOINTS_DISAGREE, "chain" => self.chain.name.clone())
                     .increment(1);
-                tracing::warn!(chain = %self.chain.name, block = done, %blocks, "the chain's endpoints disagree on a block; nothing more is confirmed until they agree");
+                tracing::warn!(chain = %self.chain.name, block = cursor.number, hash = %cursor.hash, %blocks, "the chain's endpoints do not all have the block the follower read; nothing is confirmed until they do");
                 false
             }
         }

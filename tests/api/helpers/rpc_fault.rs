@@ -163,6 +163,11 @@ impl RpcFaultProxy {
         *self.aim.upstream.lock().unwrap() = upstream.to_owned();
     }
 
+    /// How many calls it passed to the node, of every method.
+    pub fn served_total(&self) -> u64 {
+        self.aim.served.lock().unwrap().values().sum()
+    }
+
     /// The widest `eth_getLogs` block range it passed to the node.
     pub fn widest_range_served(&self) -> u64 {
         self.aim.widest_range_served.load(Ordering::SeqCst)
