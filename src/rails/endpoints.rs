@@ -188,16 +188,39 @@ impl Endpoints {
         &self.0.chain
     }
 
-    /// Whether every usable endpoint that has block `number` names `hash` there (the block the
-    /// follower read): `Err` says which named another (a node briefly serving a block the others
-    /// reorganized away), or that none answered for it.
-    pub async fn agree_on(&self, number: u64, hash: &str) -> Result<(), String> {
+    /// Whether the chain's endpoints back the follower's reading: every usable endpoint that has
+    /// the height of `read` (the last block the follower read, by number and hash) names that
+    /// block there, and at least one does; and every usable endpoint that has block `done` names
+    /// the same block there. `Err` says which named what. A node briefly serving a block the
+    /// others reorganized away fails this while any other that has the height is up.
+    pub async fn agree_on(&self, read: (u64, &str), done: u64) -> Result<(), String> {
+        let at_read = self.named_at(read.0).await;
+        if at_read.is_empty() {
+            return Err(format!("no endpoint answered for block {}", read.0));
+        }
+        if at_read.iter().any(|(_, hash)| hash != read.1) {
+            return Err(describe(read.0, &at_read));
+        }
+        if done < read.0 {
+            let at_done = self.named_at(done).await;
+            if at_done.iter().any(|(_, hash)| *hash != at_done[0].1) {
+                return Err(describe(done, &at_done));
+            }
+        }
+        Ok(())
+    }
+
+    /// The hash each usable endpoint that has block `number` names there (those that answer).
+    async fn named_at(&self, number: u64) -> Vec<(&str, String)> {
         let request = alloy::rpc::json_rpc::Request::new(
             "eth_getBlockByNumber",
             alloy::rpc::json_rpc::Id::Number(0),
             (format!("{number:#x}"), false),
         );
-        let packet = RequestPacket::Single(request.serialize().map_err(|e| e.to_string())?);
+        let Ok(request) = request.serialize() else {
+            return Vec::new();
+        };
+        let packet = RequestPacket::Single(request);
         let asked: Vec<&Endpoint> = self
             .0
             .endpoints
@@ -205,23 +228,21 @@ impl Endpoints {
             .filter(|e| e.usable() && e.head.load(Ordering::Relaxed) >= number)
             .collect();
         let answers = join_all(asked.iter().map(|e| e.send(&self.0.chain, packet.clone()))).await;
-        let named: Vec<(&str, String)> = asked
+        asked
             .iter()
             .zip(answers)
             .filter_map(|(e, answer)| Some((e.label.as_str(), block_hash(&answer.ok()?)?)))
-            .collect();
-        if named.is_empty() {
-            return Err(format!("no endpoint answered for block {number}"));
-        }
-        if named.iter().all(|(_, named)| named == hash) {
-            return Ok(());
-        }
-        Err(named
-            .iter()
-            .map(|(label, named)| format!("{label}: {named}"))
-            .collect::<Vec<_>>()
-            .join(", "))
+            .collect()
     }
+}
+
+/// "block N: host a: 0x…, host b: 0x…".
+fn describe(number: u64, named: &[(&str, String)]) -> String {
+    let named: Vec<String> = named
+        .iter()
+        .map(|(label, hash)| format!("{label}: {hash}"))
+        .collect();
+    format!("block {number}: {}", named.join(", "))
 }
 
 impl Inner {

@@ -38,9 +38,12 @@ use crate::{
 
 /// Blocks followed per tick, in one `eth_getLogs` range, so one tick stays short after an outage
 /// and within what public nodes serve per call; the rest waits a tick. A node that refuses a
-/// range (too wide, too many results) gets half of it until it answers, then twice that per
-/// tick back up to this ([`Follower::tick`]).
+/// range (too wide, too many results) gets half of it until it answers, the range it answered
+/// for [`RANGE_HELD`], then twice that per range back up to this ([`Follower::tick`]).
 const MAX_BLOCKS_PER_TICK: u64 = 500;
+/// How long a range a node answered after refusing a wider one is kept before it grows again:
+/// growing at once would cost a refusal per range against a provider's fixed cap.
+const RANGE_HELD: Duration = Duration::from_secs(60);
 /// Blocks kept below the confirmation depth to detect a reorg reaching that deep.
 const KEPT_BELOW_CONFIRMED: i64 = 64;
 /// Where a follower with no cursor starts: this many blocks below the head.
@@ -381,10 +384,12 @@ pub struct Follower<W> {
     /// Blocks asked for in one `eth_getLogs` now: at most [`MAX_BLOCKS_PER_TICK`], less while
     /// the node refuses wider ranges.
     span: AtomicU64,
+    /// When the node last refused a range.
+    refused_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// A chain's several endpoints, which must agree on a block before it is confirmed.
     endpoints: Option<Endpoints>,
-    /// The cursor they were last seen to agree on.
-    agreed_on: std::sync::Mutex<Option<Cursor>>,
+    /// The cursor and done block they were last seen to agree on.
+    agreed_on: std::sync::Mutex<Option<(Cursor, u64)>>,
 }
 
 impl<W: Watch> Follower<W> {
@@ -396,6 +401,7 @@ impl<W: Watch> Follower<W> {
             finality,
             watch,
             span: AtomicU64::new(MAX_BLOCKS_PER_TICK),
+            refused_at: std::sync::Mutex::new(None),
             endpoints: None,
             agreed_on: std::sync::Mutex::new(None),
         }
@@ -531,7 +537,9 @@ impl<W: Watch> Follower<W> {
                         cursor = next;
                         moved = true;
                     }
-                    self.set_span(span.saturating_mul(2).min(MAX_BLOCKS_PER_TICK));
+                    if !self.refused_within(RANGE_HELD) {
+                        self.set_span(span.saturating_mul(2).min(MAX_BLOCKS_PER_TICK));
+                    }
                     break;
                 }
                 // Half the range, from the same cursor: no block is skipped, none read twice.
@@ -541,6 +549,7 @@ impl<W: Watch> Follower<W> {
                         .increment(1);
                     tracing::warn!(chain = %label, blocks = until - cursor.number as u64, narrower, "the node refused the eth_getLogs range; asking for less: {why}");
                     self.set_span(narrower);
+                    *self.refused() = Some(std::time::Instant::now());
                 }
                 Err(e) => return Err(e),
             }
@@ -551,7 +560,7 @@ impl<W: Watch> Follower<W> {
         let behind = Behind(moved && (cursor.number as u64) < head);
         let done = finality::done_up_to(self.finality, &self.node, cursor.number as u64).await?;
         if let Some(done) = done
-            && self.endpoints_agree_on(&cursor).await
+            && self.endpoints_agree_on(&cursor, done).await
         {
             if !matches!(self.finality, Finality::Confirmations(_)) {
                 self.store_done_block(conn, done).await?;
@@ -595,12 +604,13 @@ impl<W: Watch> Follower<W> {
         Ok(())
     }
 
-    /// Whether the chain's endpoints name the cursor's block at its height (always, with one
-    /// endpoint): then the blocks below it, the done one among them, are theirs too. While one
-    /// names another block, nothing is confirmed: it serves a chain the others do not have, and
-    /// which chain is right is known only when they agree again, or the odd one falls behind or
-    /// stops answering (the next round then reads, and rewinds to, the others' chain).
-    async fn endpoints_agree_on(&self, cursor: &Cursor) -> bool {
+    /// Whether the chain's endpoints back what the follower read (always, with one endpoint):
+    /// those that have the cursor's height name its block, and those that have `done` name one
+    /// block there ([`Endpoints::agree_on`]). While they do not, nothing is confirmed: one serves
+    /// a chain the others do not have, and which is right is known only when they agree again,
+    /// or the odd one falls behind or stops answering (the next round then reads, and rewinds
+    /// to, the others' chain).
+    async fn endpoints_agree_on(&self, cursor: &Cursor, done: u64) -> bool {
         let Some(endpoints) = &self.endpoints else {
             return true;
         };
@@ -609,21 +619,36 @@ impl<W: Watch> Follower<W> {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        if agreed().as_ref() == Some(cursor) {
+        let reading = (cursor.clone(), done);
+        if agreed().as_ref() == Some(&reading) {
             return true;
         }
-        match endpoints.agree_on(cursor.number as u64, &cursor.hash).await {
+        match endpoints
+            .agree_on((cursor.number as u64, &cursor.hash), done)
+            .await
+        {
             Ok(()) => {
-                *agreed() = Some(cursor.clone());
+                *agreed() = Some(reading);
                 true
             }
             Err(blocks) => {
                 metrics::counter!(names::CHAIN_ENDPOINTS_DISAGREE, "chain" => self.chain.name.clone())
                     .increment(1);
-                tracing::warn!(chain = %self.chain.name, block = cursor.number, hash = %cursor.hash, %blocks, "the chain's endpoints do not all have the block the follower read; nothing is confirmed until they do");
+                tracing::warn!(chain = %self.chain.name, block = cursor.number, hash = %cursor.hash, %blocks, "the chain's endpoints do not back the blocks the follower read; nothing is confirmed until they do");
                 false
             }
         }
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.refused_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the node refused a range within the last `period`.
+    fn refused_within(&self, period: Duration) -> bool {
+        self.refused().is_some_and(|at| at.elapsed() < period)
     }
 
     fn set_span(&self, blocks: u64) {

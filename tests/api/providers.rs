@@ -15,20 +15,20 @@ const AMOUNT: u128 = 100_000_000;
 const RELAYER: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
 
 /// A provider that refuses any `eth_getLogs` over 16 blocks, in each large provider's words in
-/// turn and as HTTP 413: the follower halves its range until it is served and grows it back, and
+/// turn and as HTTP 413: the follower halves its range until it is served and keeps that range, and
 /// every payment in the 300 blocks it caught up on settles once. None is skipped, none is read
 /// twice into the ledger, and `reconcile` agrees with the chain.
 #[tokio::test]
 async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothing_is_skipped() {
     let anvil = Anvil::start().await;
     let proxy = RpcFaultProxy::start(&anvil.url).await;
-    proxy.cap_log_ranges(16);
     let through_proxy: url::Url = proxy.url.parse().unwrap();
     let app = app_on_with(&anvil, 1, false, move |s| {
         s.settlement.chains[0].rpc_url = through_proxy;
     })
     .await;
     app.wait_for_listener(&anvil).await;
+    proxy.cap_log_ranges(16);
     let before = anvil.balance(PAYEE);
     let mut paid = Vec::new();
     for _ in 0..3 {
@@ -36,11 +36,14 @@ async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothin
         let typed = app.typed_data(&id).await;
         paid.push((id, typed));
     }
-    // Each payment followed by 100 blocks at once: the follower is far behind every time.
+    // Each payment followed by 100 blocks, hidden from the follower until all are mined: it is
+    // then 300 blocks behind.
+    proxy.lag_by(u64::MAX);
     for (_, typed) in &paid {
         anvil.submit_as_payer(typed, &anvil.sign(PAYER_KEY, typed));
         anvil.mine(100).await;
     }
+    proxy.lag_by(0);
     for (id, _) in &paid {
         app.wait_for_state(id, "succeeded").await;
         assert_eq!(
@@ -293,8 +296,10 @@ async fn a_block_the_endpoints_disagree_on_is_not_confirmed_and_a_node_dying_los
     let held_from = disagreements().await;
     // Both go on: the payment's block is deep enough to confirm, had they agreed. Awaited: the
     // follower holding on their disagreement, or the payment settling, whichever comes first.
-    fork.mine(8).await;
-    anvil.mine(8).await;
+    for _ in 0..8 {
+        fork.mine(1).await;
+        anvil.mine(1).await;
+    }
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
     while disagreements().await < held_from + 3.0 && app.state_of(&id).await == "created" {
         assert!(tokio::time::Instant::now() < deadline, "timed out");

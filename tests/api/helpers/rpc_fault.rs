@@ -111,9 +111,11 @@ impl RpcFaultProxy {
         self.aim.kills.load(Ordering::SeqCst)
     }
 
-    /// From now on, an `eth_getLogs` over more than `blocks` blocks is refused.
+    /// From now on, an `eth_getLogs` over more than `blocks` blocks is refused (and the widest
+    /// range served is counted from now).
     pub fn cap_log_ranges(&self, blocks: u64) {
         self.aim.range_cap.store(blocks, Ordering::SeqCst);
+        self.aim.widest_range_served.store(0, Ordering::SeqCst);
     }
 
     /// How many `eth_getLogs` ranges it refused so far.
