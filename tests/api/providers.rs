@@ -4,7 +4,7 @@
 use crate::helpers::chain::Anvil;
 use crate::{
     helpers::{
-        RpcFaultProxy, SEED_BODY,
+        RpcFaultProxy, SEED_BODY, TestApp,
         chain::{PAYEE, PAYER_KEY, app_on_with},
     },
     settlement::reconcile,
@@ -53,11 +53,7 @@ async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothin
     }
     app.wait_for_listener(&anvil).await;
     assert_eq!(anvil.balance(PAYEE) - before, 3 * AMOUNT);
-    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entries")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(entries, 3, "each payment booked once");
+    booked_once_each(&app, &anvil, 3).await;
     assert!(
         proxy.range_refusals() >= 5,
         "every wording and the 413 were met ({} refusals)",
@@ -68,8 +64,6 @@ async fn a_provider_refusing_wide_log_ranges_is_read_in_narrower_ones_and_nothin
         "no range above the cap was read ({} blocks)",
         proxy.widest_range_served()
     );
-    let (agrees, output) = reconcile(&app, &anvil);
-    assert!(agrees, "{output}");
 }
 
 /// A chain behind two endpoints (two proxies in front of one node). One says a head 20 blocks
@@ -83,23 +77,8 @@ async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind
     let behind = RpcFaultProxy::start(&anvil.url).await;
     let other = RpcFaultProxy::start(&anvil.url).await;
     behind.lag_by(20);
-    let urls: Vec<url::Url> = [&behind.url, &other.url]
-        .iter()
-        .map(|u| u.parse().unwrap())
-        .collect();
-    let app = app_on_with(&anvil, 1, true, move |s| {
-        s.settlement.chains[0].rpc_urls = urls;
-    })
-    .await;
-    let pay = || async {
-        let id = app.create_intent_id(SEED_BODY).await;
-        let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
-        let answer = app.confirm(&id, &signature).await;
-        assert_eq!(answer.status, 200, "{}", answer.body);
-        app.wait_for_state(&id, "succeeded").await;
-        id
-    };
-    pay().await;
+    let app = app_through(&anvil, &[&behind, &other], 1).await;
+    pay(&app, &anvil).await;
     assert_eq!(
         behind.served("eth_getLogs"),
         0,
@@ -117,7 +96,7 @@ async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind
 
     behind.lag_by(0);
     other.set_down(true);
-    pay().await;
+    pay(&app, &anvil).await;
 
     behind.set_down(true);
     // Each call of the follower's next round fails on both: the chain is then said degraded.
@@ -133,10 +112,40 @@ async fn a_chain_behind_two_endpoints_is_read_from_one_that_is_up_and_not_behind
     assert!(degraded, "{}", app.get("/readyz").await.body);
     behind.set_down(false);
     other.set_down(false);
-    pay().await;
+    pay(&app, &anvil).await;
 
     other.set_stalled(true);
-    pay().await;
+    pay(&app, &anvil).await;
+}
+
+/// The app on `anvil` through `endpoints` (in that order) with `confirmations`, relaying.
+async fn app_through(anvil: &Anvil, endpoints: &[&RpcFaultProxy], confirmations: u64) -> TestApp {
+    let urls: Vec<url::Url> = endpoints.iter().map(|e| e.url.parse().unwrap()).collect();
+    app_on_with(anvil, confirmations, true, move |s| {
+        s.settlement.chains[0].rpc_urls = urls;
+    })
+    .await
+}
+
+/// An intent created, confirmed by the payer's signature and awaited until it succeeds.
+async fn pay(app: &TestApp, anvil: &Anvil) -> String {
+    let id = app.create_intent_id(SEED_BODY).await;
+    let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
+    let answer = app.confirm(&id, &signature).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    app.wait_for_state(&id, "succeeded").await;
+    id
+}
+
+/// Each of `payments` booked once, and `reconcile` agreeing with the chain.
+async fn booked_once_each(app: &TestApp, anvil: &Anvil, payments: i64) {
+    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entries")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(entries, payments, "each payment booked once");
+    let (agrees, output) = reconcile(app, anvil);
+    assert!(agrees, "{output}");
 }
 
 /// Awaits `condition`, looking every 20 ms; panics after 30 s.
@@ -160,31 +169,16 @@ async fn a_throttled_endpoint_rests_for_its_retry_after_and_a_lost_broadcast_ans
     let anvil = Anvil::start().await;
     let throttled = RpcFaultProxy::start(&anvil.url).await;
     let other = RpcFaultProxy::start(&anvil.url).await;
-    let urls: Vec<url::Url> = [&throttled.url, &other.url]
-        .iter()
-        .map(|u| u.parse().unwrap())
-        .collect();
-    let app = app_on_with(&anvil, 1, true, move |s| {
-        s.settlement.chains[0].rpc_urls = urls;
-    })
-    .await;
-    let pay = || async {
-        let id = app.create_intent_id(SEED_BODY).await;
-        let signature = anvil.sign(PAYER_KEY, &app.typed_data(&id).await);
-        let answer = app.confirm(&id, &signature).await;
-        assert_eq!(answer.status, 200, "{}", answer.body);
-        app.wait_for_state(&id, "succeeded").await;
-        id
-    };
+    let app = app_through(&anvil, &[&throttled, &other], 1).await;
     let before = anvil.balance(PAYEE);
-    pay().await;
+    pay(&app, &anvil).await;
 
     throttled.throttle_next(12);
     until("the endpoint said 429", || {
         throttled.arrivals().iter().any(|(_, refused)| *refused)
     })
     .await;
-    pay().await;
+    pay(&app, &anvil).await;
     let refused_at = throttled
         .arrivals()
         .into_iter()
@@ -218,7 +212,7 @@ async fn a_throttled_endpoint_rests_for_its_retry_after_and_a_lost_broadcast_ans
     throttled.reset_answers_to(Some("eth_sendRawTransaction"));
     other.reset_answers_to(Some("eth_sendRawTransaction"));
     let relayer_nonce = anvil.cast(&["nonce", RELAYER, "--rpc-url", &anvil.url]);
-    let id = pay().await;
+    let id = pay(&app, &anvil).await;
     assert_eq!(
         app.event_types(&id).await,
         [
@@ -238,8 +232,7 @@ async fn a_throttled_endpoint_rests_for_its_retry_after_and_a_lost_broadcast_ans
     );
     app.wait_for_listener(&anvil).await;
     assert_eq!(anvil.balance(PAYEE) - before, 3 * AMOUNT);
-    let (agrees, output) = reconcile(&app, &anvil);
-    assert!(agrees, "{output}");
+    booked_once_each(&app, &anvil, 3).await;
 }
 
 /// A second node of the chain (an anvil forked from it) serves blocks of its own: a payment that
@@ -253,14 +246,7 @@ async fn a_block_the_endpoints_disagree_on_is_not_confirmed_and_a_node_dying_los
     // The odd one first: reads go to it while the heads agree.
     let odd = RpcFaultProxy::start(&anvil.url).await;
     let good = RpcFaultProxy::start(&anvil.url).await;
-    let urls: Vec<url::Url> = [&odd.url, &good.url]
-        .iter()
-        .map(|u| u.parse().unwrap())
-        .collect();
-    let app = app_on_with(&anvil, 3, true, move |s| {
-        s.settlement.chains[0].rpc_urls = urls;
-    })
-    .await;
+    let app = app_through(&anvil, &[&odd, &good], 3).await;
     let before = anvil.balance(PAYEE);
     let first = app.create_intent_id(SEED_BODY).await;
     let signature = anvil.sign(PAYER_KEY, &app.typed_data(&first).await);
@@ -334,12 +320,6 @@ async fn a_block_the_endpoints_disagree_on_is_not_confirmed_and_a_node_dying_los
             "payment_intent.succeeded"
         ]
     );
-    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger_entries")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(entries, 2, "each payment booked once");
     assert_eq!(anvil.balance(PAYEE) - before, 2 * AMOUNT);
-    let (agrees, output) = reconcile(&app, &anvil);
-    assert!(agrees, "{output}");
+    booked_once_each(&app, &anvil, 2).await;
 }

@@ -14,13 +14,15 @@ import { decodePaymentSignatureHeader } from "@x402/core/http";
 import { decodePaymentResponseHeader } from "@x402/fetch";
 import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitator";
 import { ExactEvmScheme as ExactEvmClient, toFacilitatorEvmSigner } from "@x402/evm";
+import { UptoEvmScheme as UptoEvmFacilitator } from "@x402/evm/upto/facilitator";
+import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
 import { readFileSync } from "node:fs";
 import { createWalletClient, defineChain, http, publicActions, keccak256, toHex } from "viem";
 // viem carries Multicall3's bytecode for its deployless calls, though it does not export it.
 import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
 import { privateKeyToAccount } from "viem/accounts";
 import {
-  freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC,
+  freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC, RELAYER_KEY,
 } from "../node/stack.mjs";
 import { generatePaymentId } from "@x402/extensions/payment-identifier";
 import { METERED_CHARGE, NETWORK, PRICE, TOKENS, facilitatorAt, startResource, payingClient, signPayment } from "./resource.mjs";
@@ -350,4 +352,66 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
   } finally {
     server.close();
   }
+});
+
+test("the reference facilitator and ours give the same reason on the same bad upto payments, and both call a good one valid", async () => {
+  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
+  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
+  const payer = walletOf(PAYER_KEY);
+  // The witness names the facilitator that may settle: ours is our relayer's key, so the
+  // reference is given the same key (it only verifies here, sending nothing).
+  const facilitatorAddress = privateKeyToAccount(RELAYER_KEY).address;
+  // (`toFacilitatorEvmSigner` names the signer by the client's `address`.)
+  const signer = toFacilitatorEvmSigner(Object.assign(walletOf(RELAYER_KEY), { address: facilitatorAddress }));
+  const reference = new x402Facilitator().register(NETWORK, new UptoEvmFacilitator(signer));
+  const supported = await api.merchant("GET", "/x402/supported");
+  const upto = supported.body.kinds.find((k) => k.scheme === "upto" && k.network === NETWORK);
+  assert.equal(upto?.extra?.facilitatorAddress, facilitatorAddress, JSON.stringify(supported.body));
+  // The reference diagnoses a failed simulation through Multicall3 (as in the first differential test).
+  await chain.rpc("anvil_setCode", ["0xcA11bde05977b3631167028862bE2a173976CA11", `0x${multicall3Bytecode.slice(2 + 64)}`]);
+  const approved = await usdtLike(payer);
+  const unapproved = await usdtLike(payer);
+  for (const [wallet, token] of [[payer, approved], [walletOf(SPARE_KEY), approved]]) {
+    const hash = await wallet.writeContract({
+      address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
+      abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
+    });
+    await wallet.waitForTransactionReceipt({ hash });
+  }
+  // Payments made by x402's own upto client: a ceiling of PRICE.
+  const uptoPayment = async ({ key = PAYER_KEY, asset = approved, change = () => {} }) => {
+    const required = { scheme: "upto", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", facilitatorAddress } };
+    const created = await new UptoEvmClient(privateKeyToAccount(key)).createPaymentPayload(2, required);
+    assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
+    change(created.payload.permit2Authorization);
+    return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+  };
+  const cases = {
+    "another spender than the upto proxy": await uptoPayment({ change: (a) => (a.spender = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001") }),
+    "another facilitator than ours": await uptoPayment({ change: (a) => (a.witness.facilitator = PAYER) }),
+    "paying someone else than payTo": await uptoPayment({ change: (a) => (a.witness.to = PAYER) }),
+    "a deadline past": await uptoPayment({ change: (a) => (a.deadline = "1") }),
+    "not valid yet": await uptoPayment({ change: (a) => (a.witness.validAfter = String(2 ** 40)) }),
+    "another ceiling than the one asked": await uptoPayment({ change: (a) => (a.permitted.amount = "9999") }),
+    "another token": await uptoPayment({ change: (a) => (a.permitted.token = DEVNET_USD) }),
+    "signed by someone else": await uptoPayment({ change: (a) => (a.from = MERCHANT) }),
+    "a token the payer did not approve Permit2 for": await uptoPayment({ asset: unapproved }),
+    "a payer who holds too little": await uptoPayment({ key: SPARE_KEY }),
+  };
+  for (const [what, { payload, required }] of Object.entries(cases)) {
+    const theirs = await reference.verify(payload, required);
+    const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: payload, paymentRequirements: required });
+    assert.equal(ours.status, 200, `${what}: ${JSON.stringify(ours.body)}`);
+    assert.equal(theirs.isValid, false, `${what}: the reference's ${JSON.stringify(theirs)}`);
+    assert.deepEqual(
+      { isValid: ours.body.isValid, invalidReason: ours.body.invalidReason },
+      { isValid: theirs.isValid, invalidReason: theirs.invalidReason },
+      `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
+    );
+  }
+  const good = await uptoPayment({});
+  const theirs = await reference.verify(good.payload, good.required);
+  const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
+  assert.deepEqual([theirs.isValid, theirs.payer], [true, PAYER], JSON.stringify(theirs));
+  assert.deepEqual([ours.body.isValid, ours.body.payer], [true, PAYER], JSON.stringify(ours.body));
 });
