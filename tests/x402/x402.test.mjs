@@ -252,45 +252,28 @@ async function usdtLike(wallet) {
   return contractAddress;
 }
 
-test("the reference facilitator and ours give the same reason on the same bad Permit2 payments; ours settles good ones once, exact and upto, for x402s own client and resource server", async () => {
-  assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
-  const { reference } = referenceFacilitator;
-  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
-  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
-  const payer = walletOf(PAYER_KEY);
-  const spare = walletOf(SPARE_KEY);
-  const approve = async (wallet, token) => {
-    const hash = await wallet.writeContract({
-      address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
-      abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
-    });
-    await wallet.waitForTransactionReceipt({ hash });
-  };
-  // The payer approved Permit2 for one token, not for the other; the spare account approved it
-  // for the first and holds none of it.
-  const approved = await usdtLike(payer);
-  const unapproved = await usdtLike(payer);
-  await approve(payer, approved);
-  await approve(spare, approved);
-  // Payments made by x402's own client, as a resource server asking for Permit2 gets them.
-  const permit2Payment = async ({ key = PAYER_KEY, asset = approved, change = () => {} }) => {
-    const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2" } };
-    const created = await new ExactEvmClient(privateKeyToAccount(key)).createPaymentPayload(2, required);
-    assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
-    change(created.payload.permit2Authorization);
-    return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
-  };
-  const cases = {
-    "another spender than the exact proxy": await permit2Payment({ change: (a) => (a.spender = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002") }),
-    "paying someone else than payTo": await permit2Payment({ change: (a) => (a.witness.to = PAYER) }),
-    "a deadline past": await permit2Payment({ change: (a) => (a.deadline = "1") }),
-    "not valid yet": await permit2Payment({ change: (a) => (a.witness.validAfter = String(2 ** 40)) }),
-    "another amount": await permit2Payment({ change: (a) => (a.permitted.amount = "9999") }),
-    "another token": await permit2Payment({ change: (a) => (a.permitted.token = DEVNET_USD) }),
-    "signed by someone else": await permit2Payment({ change: (a) => (a.from = MERCHANT) }),
-    "a token the payer did not approve Permit2 for": await permit2Payment({ asset: unapproved }),
-    "a payer who holds too little": await permit2Payment({ key: SPARE_KEY }),
-  };
+/// `wallet` lets Permit2 move all of its `token`.
+async function approvePermit2(wallet, token) {
+  const hash = await wallet.writeContract({
+    address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
+    abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
+  });
+  await wallet.waitForTransactionReceipt({ hash });
+}
+
+/// A Permit2 payment of PRICE in `asset` to MERCHANT made by x402's own `Client` of `scheme` for
+/// `key`, then spoiled by `change` (given its `permit2Authorization`).
+async function madePermit2Payment({ scheme, Client, asset, extra = {}, key = PAYER_KEY, change = () => {} }) {
+  const required = { scheme, network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", ...extra } };
+  const created = await new Client(privateKeyToAccount(key)).createPaymentPayload(2, required);
+  assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
+  change(created.payload.permit2Authorization);
+  return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+}
+
+/// Each of `cases` (what: {payload, required}) is refused by the reference and by ours, with the
+/// same reason.
+async function sameRefusals(reference, cases) {
   for (const [what, { payload, required }] of Object.entries(cases)) {
     const theirs = await reference.verify(payload, required);
     const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: payload, paymentRequirements: required });
@@ -302,6 +285,35 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
       `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
     );
   }
+}
+
+test("the reference facilitator and ours give the same reason on the same bad Permit2 payments; ours settles good ones once, exact and upto, for x402s own client and resource server", async () => {
+  assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
+  const { reference } = referenceFacilitator;
+  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
+  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
+  const payer = walletOf(PAYER_KEY);
+  const spare = walletOf(SPARE_KEY);
+  // The payer approved Permit2 for one token, not for the other; the spare account approved it
+  // for the first and holds none of it.
+  const approved = await usdtLike(payer);
+  const unapproved = await usdtLike(payer);
+  await approvePermit2(payer, approved);
+  await approvePermit2(spare, approved);
+  // Payments made by x402's own client, as a resource server asking for Permit2 gets them.
+  const permit2Payment = (options) => madePermit2Payment({ scheme: "exact", Client: ExactEvmClient, asset: approved, ...options });
+  const cases = {
+    "another spender than the exact proxy": await permit2Payment({ change: (a) => (a.spender = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002") }),
+    "paying someone else than payTo": await permit2Payment({ change: (a) => (a.witness.to = PAYER) }),
+    "a deadline past": await permit2Payment({ change: (a) => (a.deadline = "1") }),
+    "not valid yet": await permit2Payment({ change: (a) => (a.witness.validAfter = String(2 ** 40)) }),
+    "another amount": await permit2Payment({ change: (a) => (a.permitted.amount = "9999") }),
+    "another token": await permit2Payment({ change: (a) => (a.permitted.token = DEVNET_USD) }),
+    "signed by someone else": await permit2Payment({ change: (a) => (a.from = MERCHANT) }),
+    "a token the payer did not approve Permit2 for": await permit2Payment({ asset: unapproved }),
+    "a payer who holds too little": await permit2Payment({ key: SPARE_KEY }),
+  };
+  await sameRefusals(reference, cases);
   // A good one is valid to both, and our facilitator settles it, as x402's own facilitator
   // client asks it: the merchant is paid once, through x402's exact proxy.
   const good = await permit2Payment({});
@@ -371,21 +383,10 @@ test("the reference facilitator and ours give the same reason on the same bad up
   await chain.rpc("anvil_setCode", ["0xcA11bde05977b3631167028862bE2a173976CA11", `0x${multicall3Bytecode.slice(2 + 64)}`]);
   const approved = await usdtLike(payer);
   const unapproved = await usdtLike(payer);
-  for (const [wallet, token] of [[payer, approved], [walletOf(SPARE_KEY), approved]]) {
-    const hash = await wallet.writeContract({
-      address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
-      abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
-    });
-    await wallet.waitForTransactionReceipt({ hash });
-  }
+  await approvePermit2(payer, approved);
+  await approvePermit2(walletOf(SPARE_KEY), approved);
   // Payments made by x402's own upto client: a ceiling of PRICE.
-  const uptoPayment = async ({ key = PAYER_KEY, asset = approved, change = () => {} }) => {
-    const required = { scheme: "upto", network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", facilitatorAddress } };
-    const created = await new UptoEvmClient(privateKeyToAccount(key)).createPaymentPayload(2, required);
-    assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
-    change(created.payload.permit2Authorization);
-    return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
-  };
+  const uptoPayment = (options) => madePermit2Payment({ scheme: "upto", Client: UptoEvmClient, asset: approved, extra: { facilitatorAddress }, ...options });
   const cases = {
     "another spender than the upto proxy": await uptoPayment({ change: (a) => (a.spender = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001") }),
     "another facilitator than ours": await uptoPayment({ change: (a) => (a.witness.facilitator = PAYER) }),
@@ -398,17 +399,7 @@ test("the reference facilitator and ours give the same reason on the same bad up
     "a token the payer did not approve Permit2 for": await uptoPayment({ asset: unapproved }),
     "a payer who holds too little": await uptoPayment({ key: SPARE_KEY }),
   };
-  for (const [what, { payload, required }] of Object.entries(cases)) {
-    const theirs = await reference.verify(payload, required);
-    const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: payload, paymentRequirements: required });
-    assert.equal(ours.status, 200, `${what}: ${JSON.stringify(ours.body)}`);
-    assert.equal(theirs.isValid, false, `${what}: the reference's ${JSON.stringify(theirs)}`);
-    assert.deepEqual(
-      { isValid: ours.body.isValid, invalidReason: ours.body.invalidReason },
-      { isValid: theirs.isValid, invalidReason: theirs.invalidReason },
-      `${what}: ours ${JSON.stringify(ours.body)}, the reference's ${JSON.stringify(theirs)}`,
-    );
-  }
+  await sameRefusals(reference, cases);
   const good = await uptoPayment({});
   const theirs = await reference.verify(good.payload, good.required);
   const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
