@@ -10,10 +10,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, bail};
+use alloy::{
+    primitives::U64,
+    providers::{Provider, ProviderBuilder},
+};
+use anyhow::Context;
 use payments_api::rails::evm::devnet;
 use serde::Serialize;
-use serde_json::json;
 use sqlx::{Connection as _, PgConnection};
 
 use super::{
@@ -78,32 +81,14 @@ async fn catch_up(
     );
 
     let mut db = PgConnection::connect(&database_url).await?;
-    let rpc = reqwest::Client::new();
-    let head = |client: reqwest::Client, url: String| async move {
-        let answer: serde_json::Value = client
-            .post(&url)
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "eth_blockNumber", "params": []}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let hex = answer["result"].as_str().context("a head")?;
-        Ok::<u64, anyhow::Error>(u64::from_str_radix(hex.trim_start_matches("0x"), 16)?)
-    };
-    let start = head(rpc.clone(), rpc_url.clone()).await?;
+    let node = ProviderBuilder::new().connect_http(rpc_url.parse()?);
+    let start = node.get_block_number().await?;
     followed_to(&mut db, start).await?;
     // Mined out of the follower's sight (anvil mines them one after another), then shown at once.
     proxy.lag_by(BLOCKS);
-    let mined: serde_json::Value = rpc
-        .post(&rpc_url)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "anvil_mine", "params": [format!("{BLOCKS:#x}")]}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    if let Some(error) = mined.get("error") {
-        bail!("anvil_mine: {error}");
-    }
+    node.raw_request::<_, serde_json::Value>("anvil_mine".into(), (U64::from(BLOCKS),))
+        .await
+        .context("anvil_mine")?;
     let logs_before = proxy.served("eth_getLogs");
     let refusals_before = proxy.range_refusals();
     proxy.lag_by(0);
