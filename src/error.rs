@@ -96,6 +96,10 @@ pub enum ApiError {
     /// The intent names a chain this server is not configured to settle (`CHAINS`).
     #[error("{0}")]
     ChainNotSettled(String),
+    /// A Permit2 payment whose payer has not let Permit2 move the amount: it approves Permit2
+    /// for the token first, then confirms again.
+    #[error("{0}")]
+    Permit2AllowanceRequired(String),
     /// The chain's node did not answer what this request needs from it; nothing was changed.
     #[error("{0}")]
     ChainUnavailable(String),
@@ -154,13 +158,14 @@ impl ApiError {
             .map(|rendered| &*rendered.0)
     }
 
-    /// Whether the handler failed on something outside it (the database, a chain) before changing
-    /// anything: its transaction is rolled back and nothing is stored for replay.
+    /// Whether the handler failed on something outside it (the database, a chain, a payer's Permit2
+    /// approval still to come) before changing anything: its transaction is rolled back and nothing is stored for replay.
     pub fn changed_nothing(&self) -> bool {
         matches!(
             self,
             Self::Database(_)
                 | Self::ChainUnavailable(_)
+                | Self::Permit2AllowanceRequired(_)
                 | Self::RateLimited { .. }
                 | Self::ChangedMeanwhile(_)
         )
@@ -192,6 +197,7 @@ impl ApiError {
             Self::PaymentIdentifierReused(_) => "payment_identifier_reused",
             Self::TokenNotSupported(_) => "token_not_supported",
             Self::ChainNotSettled(_) => "chain_not_settled",
+            Self::Permit2AllowanceRequired(_) => "permit2_allowance_required",
             Self::Internal(_) => "internal_error",
             _ if self.is_database_bug() => "internal_error",
             Self::Database(_)
@@ -222,7 +228,8 @@ impl ApiError {
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::IdempotencyKeyReused { .. }
             | Self::TokenNotSupported(_)
-            | Self::ChainNotSettled(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            | Self::ChainNotSettled(_)
+            | Self::Permit2AllowanceRequired(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ if self.is_database_bug() => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Database(_)

@@ -43,7 +43,8 @@ if [[ -n ${TEST_DATABASE_URL:-} ]]; then
   node_suite_drop_databases
 elif docker info >/dev/null 2>&1; then
   image=${TEST_POSTGRES_IMAGE:-postgres:16-alpine}
-  node_suite_container=$(docker run -d -P -e POSTGRES_PASSWORD=postgres "$image" \
+  # Its data in memory, as the Rust tests' server: many databases must not fill a small disk.
+  node_suite_container=$(docker run -d -P --tmpfs /var/lib/postgresql/data -e POSTGRES_PASSWORD=postgres "$image" \
     postgres -c max_connections=300 -c fsync=off) || {
     echo "cannot start $image: set TEST_POSTGRES_IMAGE to an image this machine has, or" \
       "TEST_DATABASE_URL=postgres://…/postgres to use a running server" >&2

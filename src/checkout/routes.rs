@@ -182,7 +182,7 @@ pub async fn authorization(
     QueryParams(choose): QueryParams<Choose>,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
     let mut conn = pool.acquire().await?;
-    let authorization = payments::authorization(
+    let document = payments::authorization(
         &mut conn,
         &chains,
         &access.merchant,
@@ -190,7 +190,7 @@ pub async fn authorization(
         &choose,
     )
     .await?;
-    Ok(Json(AuthorizationDocument::of(&authorization)))
+    Ok(Json(document))
 }
 
 /// Confirm the intent with the payer's signature, as the merchant's confirm does; the answer is

@@ -287,7 +287,8 @@ pub enum PaymentMethod {
     #[default]
     Authorization,
     DepositAddress,
-    /// A Permit2 signature through x402's exact proxy: made by an x402 settle, not by a create.
+    /// A Permit2 signature through x402's exact proxy, for any ERC-20 the payer approved Permit2
+    /// for (an intent's payer, or an x402 settle).
     Permit2,
 }
 

@@ -195,8 +195,9 @@ pub enum PaidBy {
     Authorization { payer: Option<Address> },
     /// Whoever sends the token to `address`, the intent's forwarder (`rails::evm::deposit`).
     DepositAddress { address: Address },
-    /// A Permit2 signature `payer` made, through x402's exact proxy.
-    Permit2 { payer: Address },
+    /// A Permit2 signature that `payer` signs, through x402's exact proxy; whoever signs it when
+    /// it confirms if `None`.
+    Permit2 { payer: Option<Address> },
 }
 
 /// When a new intent expires.
@@ -237,7 +238,7 @@ pub async fn insert(
         } => {
             let (method, payer, deposit_address) = match *paid_by {
                 PaidBy::Authorization { payer } => (PaymentMethod::Authorization, payer, None),
-                PaidBy::Permit2 { payer } => (PaymentMethod::Permit2, Some(payer), None),
+                PaidBy::Permit2 { payer } => (PaymentMethod::Permit2, payer, None),
                 PaidBy::DepositAddress { address } => {
                     (PaymentMethod::DepositAddress, None, Some(address))
                 }

@@ -91,12 +91,13 @@ pub struct CreateIntentRequest {
     #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x5FbDB2315678afecb367f032d93F642f64180aa3")]
     pub token: Option<Address>,
     /// How the intent is paid: `authorization` (the default), an EIP-3009 transfer its payer
-    /// signs, or `deposit_address`, plain transfers of the token to the intent's
+    /// signs; `permit2`, a Permit2 transfer its payer signs, for any ERC-20 the payer approved
+    /// Permit2 for; or `deposit_address`, plain transfers of the token to the intent's
     /// `deposit_address` from anyone. Absent for an order, whose options say.
     #[serde(default)]
     pub payment_method: Option<PaymentMethod>,
-    /// The paying address, for `authorization`: if given, only it can pay; if not, whoever
-    /// signs when confirming. Absent for `deposit_address` and for an order.
+    /// The paying address, for `authorization` and `permit2`: if given, only it can pay; if
+    /// not, whoever signs when confirming. Absent for `deposit_address` and for an order.
     #[serde(default)]
     #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{40}$", example = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8")]
     pub payer: Option<Address>,
@@ -223,11 +224,7 @@ fn in_token(
     }
     let paid_by = match (request.payment_method.unwrap_or_default(), request.payer) {
         (PaymentMethod::Authorization, payer) => PaidBy::Authorization { payer },
-        (PaymentMethod::Permit2, _) => {
-            return Err(ApiError::InvalidRequest(
-                "payment_method: permit2 is how an x402 settle pays (docs/x402.md); an intent is paid by authorization or deposit_address".to_owned(),
-            ));
-        }
+        (PaymentMethod::Permit2, payer) => PaidBy::Permit2 { payer },
         (PaymentMethod::DepositAddress, Some(_)) => {
             return Err(ApiError::InvalidRequest(
                 "payer: must be absent when payment_method is deposit_address: whoever sends to the deposit address pays".to_owned(),

@@ -179,18 +179,28 @@ async fn permit2_and_x402s_proxies_move_a_token_without_eip3009_by_a_signature_c
 /// A token like Tether's (its `transfer` returns nothing, no EIP-3009), `PAYER` holding some and
 /// letting Permit2 move it.
 fn usdt_like_approved(anvil: &Anvil) -> String {
-    let token = anvil.deploy_token(include_str!(concat!(
+    let token = usdt_like(anvil);
+    approve_permit2(anvil, &token);
+    token
+}
+
+/// A token like Tether's, `PAYER` holding some.
+fn usdt_like(anvil: &Anvil) -> String {
+    anvil.deploy_token(include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/contracts/build/NoReturnToken.json"
-    )));
+    )))
+}
+
+/// `PAYER` lets Permit2 move its `token`, as a wallet's approval does.
+fn approve_permit2(anvil: &Anvil, token: &str) {
     let permit2 = PERMIT2.to_string();
     anvil.send(
         PAYER_KEY,
-        &token,
+        token,
         "approve(address,uint256)",
         &[&permit2, "1000000000"],
     );
-    token
 }
 
 /// An x402 `exact` payment of `amount` of `token` by Permit2, as `@x402/evm`'s client writes it,
@@ -475,6 +485,104 @@ async fn a_permit_settled_by_someone_else_through_settle_with_permit_is_seen_and
     app.wait_for_state(&id, "succeeded").await;
     let answer = settle().await;
     assert_eq!(answer["success"], true, "{answer}");
+    let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
+    assert!(agreed, "{report}");
+}
+
+/// An intent paid by Permit2 from the payer's own wallet (`payment_method: "permit2"`), for a
+/// token without EIP-3009: the document is the typed data cast signs as it is; a confirm before
+/// the payer approved Permit2 is 422 and leaves nothing, so the same key confirms once it has;
+/// the relayer settles it through x402's exact proxy to the merchant, once, and it is booked.
+#[tokio::test]
+async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = usdt_like(&anvil);
+    let body = json!({
+        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
+        "payment_method": "permit2", "expires_in_seconds": 900
+    });
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("permit2-intent"), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    assert_eq!(created["payment_method"], "permit2");
+    assert_eq!(created["payer"], Value::Null);
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let path = format!("/v1/payment_intents/{id}/authorization?payer={PAYER}");
+    let document = app.get_as(DEMO_TOKEN, &path).await;
+    assert_eq!(document.status, 200, "{}", document.body);
+    let document = document.json();
+    let typed = &document["typed_data"];
+    assert_eq!(typed["primaryType"], "PermitWitnessTransferFrom");
+    assert_eq!(typed["domain"]["verifyingContract"], PERMIT2.to_string());
+    let message = &typed["message"];
+    assert_eq!(message["spender"], X402_EXACT_PROXY.to_string());
+    assert_eq!(message["permitted"]["token"], token.as_str());
+    assert_eq!(message["permitted"]["amount"], "1000");
+    assert_eq!(message["witness"]["to"], PAYEE);
+    // The permit's last second is the intent's last.
+    let expires_at = time::OffsetDateTime::parse(
+        created["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert_eq!(
+        message["deadline"],
+        (expires_at.unix_timestamp() - 1).to_string()
+    );
+    let signature = anvil.sign(PAYER_KEY, typed);
+
+    let confirm = format!("/v1/payment_intents/{id}/confirm");
+    let pay = json!({"payer": PAYER, "signature": signature}).to_string();
+    let refused = app
+        .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm"), &pay)
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert_eq!(refused.json()["error"], "permit2_allowance_required");
+    let still = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(still["state"], "created");
+    assert_eq!(still["payer"], Value::Null);
+
+    approve_permit2(&anvil, &token);
+    let before = anvil.balance_of(&token, PAYEE);
+    let confirmed = app
+        .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm"), &pay)
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    let confirmed = confirmed.json();
+    assert_eq!(confirmed["state"], "processing");
+    assert_eq!(confirmed["payer"], PAYER);
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 1000);
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    let hash = intent["settlement"]["transaction_hash"].as_str().unwrap();
+    let sent = anvil.rpc("eth_getTransactionByHash", json!([hash])).await;
+    assert_eq!(
+        sent["to"].as_str().unwrap().to_lowercase(),
+        X402_EXACT_PROXY.to_string().to_lowercase()
+    );
+
+    // Once: a replay answers as before, a new confirm is refused, and it is booked once.
+    let replayed = app
+        .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm"), &pay)
+        .await;
+    assert_eq!(replayed.status, 200, "{}", replayed.body);
+    assert_eq!(replayed.json(), confirmed);
+    let again = app
+        .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm-again"), &pay)
+        .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    let booked: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+    )
+    .bind(&id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(booked, 1);
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");
 }

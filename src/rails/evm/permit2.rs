@@ -15,6 +15,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::rails::{
+    evm::authorization::{PayerSignature, WalletAnswer, ask_wallet, signature_bytes},
     outbox::{Hold, Revert},
     rpc::{ChainError, Node},
 };
@@ -66,17 +67,17 @@ use upto_bindings::X402UptoPermit2Proxy;
 /// the proxy's (`Witness(address to,uint256 validAfter)`), field for field.
 pub mod exact {
     alloy::sol! {
-        #[derive(Debug, PartialEq, Eq)]
+        #[derive(Debug, PartialEq, Eq, serde::Serialize)]
         struct TokenPermissions {
             address token;
             uint256 amount;
         }
-        #[derive(Debug, PartialEq, Eq)]
+        #[derive(Debug, PartialEq, Eq, serde::Serialize)]
         struct Witness {
             address to;
             uint256 validAfter;
         }
-        #[derive(Debug, PartialEq, Eq)]
+        #[derive(Debug, PartialEq, Eq, serde::Serialize)]
         struct PermitWitnessTransferFrom {
             TokenPermissions permitted;
             address spender;
@@ -181,6 +182,28 @@ impl ProxyPermit {
             None => self.exact_message().eip712_signing_hash(&domain),
             Some(facilitator) => self.upto_message(facilitator).eip712_signing_hash(&domain),
         }
+    }
+
+    /// The document `eth_signTypedData_v4` takes for an `exact` permit, written as
+    /// `Authorization::typed_data` writes EIP-3009's: `chainId` a number, uint256s decimal strings.
+    pub fn typed_data(&self) -> serde_json::Value {
+        debug_assert!(self.facilitator.is_none(), "an exact permit");
+        let typed = alloy::dyn_abi::TypedData::from_struct(
+            &self.exact_message(),
+            Some(permit2_domain(self.chain_id)),
+        );
+        let mut document = serde_json::to_value(typed).expect("typed data serializes");
+        document["domain"]["chainId"] = self.chain_id.into();
+        document["domain"]["verifyingContract"] = PERMIT2.to_checksum(None).into();
+        let message = &mut document["message"];
+        message["permitted"]["token"] = self.token.to_checksum(None).into();
+        message["permitted"]["amount"] = self.amount.to_string().into();
+        message["spender"] = X402_EXACT_PROXY.to_checksum(None).into();
+        message["nonce"] = self.nonce.to_string().into();
+        message["deadline"] = self.deadline.to_string().into();
+        message["witness"]["to"] = self.to.to_checksum(None).into();
+        message["witness"]["validAfter"] = self.valid_after.to_string().into();
+        document
     }
 
     /// The proxy's `settle`, charging `charged`: `settle(permit, owner, witness, signature)` of the
@@ -380,6 +403,79 @@ pub async fn simulate_settle(
 ) -> Result<Option<String>, ChainError> {
     let calldata = permit.settle_calldata(charged, signature);
     crate::rails::rpc::simulate(node, permit.facilitator, permit.spender(), calldata).await
+}
+
+/// The owner's signature of the permit: its key's (65 bytes, v 27 or 28, as Permit2's `ecrecover`
+/// takes it), or its contract wallet's by ERC-1271, asked on chain as Permit2 asks it. `Ok(Err)`
+/// says why it is not.
+pub async fn owner_signed(
+    node: &Node,
+    permit: &ProxyPermit,
+    raw: &str,
+) -> Result<Result<Bytes, String>, ChainError> {
+    let bytes = match signature_bytes(raw) {
+        Ok(bytes) => bytes,
+        Err(why) => return Ok(Err(format!("signature: {why}"))),
+    };
+    let digest = permit.digest();
+    let parsed = PayerSignature::parse(raw);
+    let by_key = parsed.clone().and_then(|s| s.signer(&digest));
+    if let (Ok(signature), Ok(signer)) = (&parsed, &by_key)
+        && *signer == permit.owner
+    {
+        // As Permit2's `ecrecover` takes it: v 27 or 28, whichever form the client sent.
+        return Ok(Ok(Bytes::from(signature.to_bytes())));
+    }
+    Ok(
+        match ask_wallet(node, permit.owner, digest, &bytes).await? {
+            WalletAnswer::Accepts => Ok(bytes),
+            WalletAnswer::Refuses => Err(format!(
+                "the owner {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
+                permit.owner
+            )),
+            WalletAnswer::NotAContract => Err(match by_key {
+                Ok(signer) => format!("signed by {signer}, not by the owner {}", permit.owner),
+                Err(why) => format!("signature: {why}"),
+            }),
+        },
+    )
+}
+
+/// Why a signed permit would not pay now, named as the first shortfall found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shortfall {
+    /// The owner holds less than the permit moves.
+    Balance(U256),
+    /// The owner lets Permit2 move less than that: it must approve Permit2 first.
+    Allowance(U256),
+    /// The proxy refuses it for another reason (a spent nonce, a paused token): its revert.
+    Refused(String),
+}
+
+/// Whether the proxy would settle the signed permit, charging `charged`, now: `Ok(None)` if so.
+/// Asked by simulating the settle; a refusal is then named by what the token says of the owner's
+/// funds (a token that does not answer those leaves the simulation's word).
+pub async fn shortfall(
+    node: &Node,
+    permit: &ProxyPermit,
+    charged: U256,
+    signature: Bytes,
+) -> Result<Option<Shortfall>, ChainError> {
+    let Some(reason) = simulate_settle(node, permit, charged, signature).await? else {
+        return Ok(None);
+    };
+    let (balance, allowance) = match owner_funds(node, permit.token, permit.owner).await {
+        Ok(funds) => funds,
+        Err(ChainError::Reverted { .. }) => (U256::MAX, U256::MAX),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(if balance < charged {
+        Shortfall::Balance(balance)
+    } else if allowance < charged {
+        Shortfall::Allowance(allowance)
+    } else {
+        Shortfall::Refused(reason)
+    }))
 }
 
 /// A committed artifact of a contract placed at its address: its runtime code and where in it

@@ -21,11 +21,18 @@ use crate::{
     rails::{
         Chains,
         eip3009::{
-            Terms, authorization_for, authorizer_proof, queue_authorization, served, valid_before,
+            AuthorizationDocument, Terms, authorization_for, authorizer_proof, queue_authorization,
+            served, valid_before,
         },
-        evm::authorization::Authorization,
+        evm::{
+            authorization::{Authorization, PayerProof},
+            permit2::ProxyPermit,
+        },
     },
 };
+use alloy::primitives::Bytes;
+
+use super::permit2;
 
 /// Who pays and how, where the intent leaves it open: `GET …/authorization`'s parameters.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -65,20 +72,22 @@ impl PayRequest {
     }
 }
 
-/// The authorization that pays the merchant's intent `raw_id` as `choose` says, if it can be
-/// paid now.
+/// The document the payer signs to pay the merchant's intent `raw_id` as `choose` says, if it
+/// can be paid now: an EIP-3009 authorization, or a Permit2 permit (`super::permit2`).
 pub async fn authorization(
     conn: &mut PgConnection,
     chains: &Chains,
     merchant: &MerchantId,
     raw_id: &str,
     choose: &Choose,
-) -> Result<Authorization, ApiError> {
+) -> Result<AuthorizationDocument, ApiError> {
     let intent = payable(conn, merchant, raw_id).await?;
     let payment = Payment::of(chains, &intent, choose)?;
-    Ok(authorization_for(conn, chains, &payment.terms(&intent))
-        .await?
-        .0)
+    let terms = payment.terms(&intent);
+    Ok(match payment.method {
+        PaymentMethod::Permit2 => permit2::document(&permit2::permit(chains, &terms)?),
+        _ => AuthorizationDocument::of(&authorization_for(conn, chains, &terms).await?.0),
+    })
 }
 
 /// Confirms the intent with the payer's signature of its authorization: `created` → `processing`,
@@ -94,16 +103,27 @@ pub async fn confirm(
 ) -> Result<PaymentIntent, ApiError> {
     let intent = payable(tx, merchant, raw_id).await?;
     let payment = Payment::of(chains, &intent, &request.choice())?;
-    let (authorization, token) = authorization_for(tx, chains, &payment.terms(&intent)).await?;
-    let proof = authorizer_proof(
-        chains,
-        payment.chain(&intent),
-        &authorization,
-        &token,
-        &request.signature,
-        "payer",
-    )
-    .await?;
+    let terms = payment.terms(&intent);
+    let signed = match payment.method {
+        PaymentMethod::Permit2 => {
+            let permit = permit2::permit(chains, &terms)?;
+            let signature = permit2::signed(chains, terms.chain, &permit, &request.signature).await?;
+            Signed::Permit2(permit, signature)
+        }
+        _ => {
+            let (authorization, token) = authorization_for(tx, chains, &terms).await?;
+            let proof = authorizer_proof(
+                chains,
+                terms.chain,
+                &authorization,
+                &token,
+                &request.signature,
+                "payer",
+            )
+            .await?;
+            Signed::Eip3009(authorization, proof)
+        }
+    };
     match &payment.option {
         Some(option) => {
             let choice = repo::choose_option(
@@ -140,8 +160,21 @@ pub async fn confirm(
         TransitionError::NotFound => ApiError::NotFound(format!("no payment intent {}", intent.id)),
         TransitionError::Database(e) => e.into(),
     })?;
-    queue_authorization(tx, KIND, &intent.id, &authorization, &proof).await?;
+    match &signed {
+        Signed::Eip3009(authorization, proof) => {
+            queue_authorization(tx, KIND, &intent.id, authorization, proof).await?;
+        }
+        Signed::Permit2(permit, signature) => {
+            permit2::queue(tx, &intent.id, permit, signature).await?;
+        }
+    }
     Ok(confirmed)
+}
+
+/// What the payer signed, checked.
+enum Signed {
+    Eip3009(Authorization, PayerProof),
+    Permit2(ProxyPermit, Bytes),
 }
 
 /// The merchant's intent `raw_id`, if it can be paid now: it exists and is `created`.
@@ -178,10 +211,12 @@ fn not_payable(id: &str, state: IntentState, is_order: bool) -> ApiError {
     }
 }
 
-/// How a `created` intent is paid by authorization: the order's option chosen, if it is one, and
-/// who signs.
+/// How a `created` intent is paid by a signature: the order's option chosen, if it is one, what
+/// the payer signs, and who signs.
 struct Payment {
     option: Option<PaymentOption>,
+    /// `authorization` (EIP-3009) or `permit2`.
+    method: PaymentMethod,
     payer: Address,
     /// `payer`, EIP-55, as the authorization's terms name it.
     from: String,
@@ -241,12 +276,16 @@ impl Payment {
                 Some(option.clone())
             }
         };
-        if option.is_none() && intent.payment_method != Some(PaymentMethod::Authorization) {
-            return Err(ApiError::InvalidRequest(format!(
-                "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
-                intent.id
-            )));
-        }
+        let method = match (&option, intent.payment_method) {
+            (Some(_), _) => PaymentMethod::Authorization,
+            (None, Some(method @ (PaymentMethod::Authorization | PaymentMethod::Permit2))) => method,
+            (None, _) => {
+                return Err(ApiError::InvalidRequest(format!(
+                    "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",
+                    intent.id
+                )));
+            }
+        };
         let given = choose
             .payer
             .as_deref()
@@ -281,6 +320,7 @@ impl Payment {
         };
         let payment = Self {
             option,
+            method,
             payer,
             from: payer.to_checksum(),
         };

@@ -53,9 +53,8 @@ pub async fn authorization(
     QueryParams(choose): QueryParams<Choose>,
 ) -> Result<Json<AuthorizationDocument>, ApiError> {
     let mut conn = pool.acquire().await?;
-    let authorization =
-        payments::authorization(&mut conn, &chains, &merchant, &id, &choose).await?;
-    Ok(Json(AuthorizationDocument::of(&authorization)))
+    let document = payments::authorization(&mut conn, &chains, &merchant, &id, &choose).await?;
+    Ok(Json(document))
 }
 
 /// Confirm a `created` intent with the payer's signature: it becomes `processing` (an order's

@@ -19,10 +19,8 @@ use crate::{
     rails::{
         Chains,
         evm::{
-            authorization::{PayerSignature, WalletAnswer, ask_wallet, signature_bytes},
-            permit2::{self, ProxyPermit, X402_EXACT_PROXY, X402_UPTO_PROXY},
+            permit2::{self, ProxyPermit, Shortfall, X402_EXACT_PROXY, X402_UPTO_PROXY},
         },
-        rpc::ChainError,
     },
 };
 
@@ -238,7 +236,7 @@ pub async fn check(
             format!("no contract at {asset} on {chain}"),
         );
     }
-    let signature = match owner_signed(node, &permit, &payload.signature).await {
+    let signature = match permit2::owner_signed(node, &permit, &payload.signature).await {
         Ok(Ok(signature)) => signature,
         Ok(Err(why)) => return invalid("invalid_permit2_signature", why),
         Err(e) => return Err(unavailable(&chain, e)),
@@ -257,34 +255,31 @@ pub async fn check(
     }
     // What only the chain can say (the allowance, the balance, the nonce): the reference asks it
     // by simulating the settle, then names the first shortfall it finds.
-    let refused = permit2::simulate_settle(node, &permit, amount, signature.clone())
+    let short = permit2::shortfall(node, &permit, amount, signature.clone())
         .await
         .map_err(|e| unavailable(&chain, e))?;
-    if let Some(reason) = refused {
-        // A token that does not answer `balanceOf` or `allowance` leaves the simulation's word.
-        let (balance, allowance) = match permit2::owner_funds(node, asset, a.from).await {
-            Ok(funds) => funds,
-            Err(ChainError::Reverted { .. }) => (U256::MAX, U256::MAX),
-            Err(e) => return Err(unavailable(&chain, e)),
-        };
-        return if balance < amount {
-            invalid(
+    match short {
+        None => {}
+        Some(Shortfall::Balance(balance)) => {
+            return invalid(
                 "permit2_insufficient_balance",
                 format!("the payer holds {balance}, the payment is {amount}"),
-            )
-        } else if allowance < amount {
-            invalid(
+            );
+        }
+        Some(Shortfall::Allowance(allowance)) => {
+            return invalid(
                 "permit2_allowance_required",
                 format!(
                     "the payer lets Permit2 move {allowance} of the token, the payment is {amount}: approve Permit2 first"
                 ),
-            )
-        } else {
-            invalid(
+            );
+        }
+        Some(Shortfall::Refused(reason)) => {
+            return invalid(
                 "permit2_simulation_failed",
                 format!("the proxy would refuse the settle: {reason}"),
-            )
-        };
+            );
+        }
     }
     Ok(Ok(CheckedPermit {
         chain,
@@ -298,40 +293,4 @@ fn relays(chains: &Chains, address: Address) -> bool {
     chains
         .relayer_keys()
         .is_ok_and(|keys| keys.iter().any(|key| key.address() == address))
-}
-
-/// The owner's signature of the permit: its key's (65 bytes, v 27 or 28, as Permit2's `ecrecover`
-/// takes it), or its contract wallet's by ERC-1271, asked on chain as Permit2 asks it. `Ok(Err)`
-/// says why it is not.
-async fn owner_signed(
-    node: &crate::rails::rpc::Node,
-    permit: &ProxyPermit,
-    raw: &str,
-) -> Result<Result<Bytes, String>, ChainError> {
-    let bytes = match signature_bytes(raw) {
-        Ok(bytes) => bytes,
-        Err(why) => return Ok(Err(format!("signature: {why}"))),
-    };
-    let digest = permit.digest();
-    let parsed = PayerSignature::parse(raw);
-    let by_key = parsed.clone().and_then(|s| s.signer(&digest));
-    if let (Ok(signature), Ok(signer)) = (&parsed, &by_key)
-        && *signer == permit.owner
-    {
-        // As Permit2's `ecrecover` takes it: v 27 or 28, whichever form the client sent.
-        return Ok(Ok(Bytes::from(signature.to_bytes())));
-    }
-    Ok(
-        match ask_wallet(node, permit.owner, digest, &bytes).await? {
-            WalletAnswer::Accepts => Ok(bytes),
-            WalletAnswer::Refuses => Err(format!(
-                "the owner {} is a contract wallet and refuses it (ERC-1271 isValidSignature)",
-                permit.owner
-            )),
-            WalletAnswer::NotAContract => Err(match by_key {
-                Ok(signer) => format!("signed by {signer}, not by the owner {}", permit.owner),
-                Err(why) => format!("signature: {why}"),
-            }),
-        },
-    )
 }

@@ -8,7 +8,6 @@
 //!   facilitator's reasons
 //! - `exact_permit2`: the same scheme by Permit2, for tokens without EIP-3009
 //! - `settle`: one payment, one success: store, submit, wait, claim the success
-//! - `watch`: payments by Permit2 seen on chain through x402's exact proxy
 //! - `payment_identifier`: x402's `payment-identifier` extension, the settle's idempotency key
 //! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
 //!   payment by its key
@@ -18,37 +17,22 @@ pub mod exact_permit2;
 pub mod payment_identifier;
 pub mod routes;
 pub mod settle;
-pub mod watch;
 
 use axum::extract::FromRef;
 
 use super::{Routes, WayToPay};
 use crate::{
-    config::SettlementSettings,
-    db::Pool,
-    idempotency::IdempotencyState,
-    intents::expiry::ExpiryHolds,
-    rails::{Chains, follower::ObservationKind},
+    config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains,
 };
 
 /// payments-api as an x402 facilitator. A settle queues an intent's payment (the authorization's
-/// submission kind); the authorization's watch sees one by EIP-3009, x402's own one by Permit2.
+/// submission kind); the authorization's watches see it, by EIP-3009 or by Permit2.
 pub struct X402;
 
 impl WayToPay for X402 {
-    type Watch = watch::Permit2Watch;
+    type Watch = ();
 
-    fn watch(_: &SettlementSettings) -> Self::Watch {
-        watch::Permit2Watch
-    }
-
-    /// A permit seen settled decides what the intent becomes.
-    fn expiry_holds() -> ExpiryHolds {
-        ExpiryHolds {
-            observed: watch::PermitKind::names(),
-            unapplied: vec![],
-        }
-    }
+    fn watch(_: &SettlementSettings) -> Self::Watch {}
 
     /// Under `/x402`, with idempotency on settle only and no turn (`docs/x402.md`).
     fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>

@@ -480,7 +480,7 @@ impl Payable {
             ends_at,
             nonce,
             paid_by: PaidBy::Permit2 {
-                payer: intent_address(p.owner, "from")?,
+                payer: Some(intent_address(p.owner, "from")?),
             },
             dedupe_key: eip3009::dedupe_key(PERMIT2, p.owner, nonce),
             target: p.spender(),

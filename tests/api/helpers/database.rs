@@ -7,7 +7,7 @@ use payments_api::db;
 use sqlx::{Connection, PgConnection};
 use testcontainers_modules::{
     postgres::Postgres,
-    testcontainers::{ImageExt, runners::AsyncRunner},
+    testcontainers::{ImageExt, core::Mount, runners::AsyncRunner},
 };
 use tokio::sync::OnceCell;
 
@@ -62,6 +62,9 @@ async fn server_url() -> &'static str {
                 .with_name(name)
                 .with_tag(tag)
                 .with_cmd(["postgres", "-c", "max_connections=300", "-c", "fsync=off"])
+                // In memory: a test's database is never dropped before the process exits, and
+                // hundreds of them must not fill a small disk (nor wait on it).
+                .with_mount(Mount::tmpfs_mount("/var/lib/postgresql/data"))
                 .start()
                 .await
                 .unwrap_or_else(|e| {

@@ -104,6 +104,7 @@ ERROR_CODES: Mapping[str, Type[PaymentsApiError]] = {
     "idempotency_key_reused": IdempotencyError,
     "token_not_supported": UnsupportedError,
     "chain_not_settled": UnsupportedError,
+    "permit2_allowance_required": UnsupportedError,
     "rate_limited": RateLimitError,
     "internal_error": ServerError,
     "unavailable": UnavailableError,

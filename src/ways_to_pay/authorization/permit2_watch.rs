@@ -1,8 +1,9 @@
-//! The watch of x402 payments by Permit2 (`docs/x402.md`, "Permit2"): Permit2 logs nothing of a
-//! nonce it spends, so the watch looks for x402's proxies' `Settled()` and `SettledWithPermit()`,
-//! reads the permit from the call that logged it, and the transfer the proxy made just before. A permit of an intent of ours
-//! is then what an EIP-3009 nonce use is (`intents::payment::apply_nonce_use`): the intent
-//! succeeds if the transfer paid it, and is booked.
+//! The watch of payments by Permit2, an intent's payer's or an x402 client's (`docs/x402.md`,
+//! "Permit2"): Permit2 logs nothing of a nonce it spends, so the watch looks for x402's proxies'
+//! `Settled()` and `SettledWithPermit()`, reads the permit from the call that logged it, and the
+//! transfer the proxy made just before. A permit of an intent of ours is then what an EIP-3009
+//! nonce use is (`intents::payment::apply_nonce_use`): the intent succeeds if the transfer paid
+//! it, and is booked.
 
 use alloy::{
     consensus::Transaction as _, providers::Provider, rpc::types::Log, sol_types::SolEvent,

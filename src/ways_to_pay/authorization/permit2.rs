@@ -1,0 +1,129 @@
+//! An intent paid by Permit2 (`payment_method: "permit2"`, `docs/settlement.md`, "Permit2"): for
+//! any ERC-20, the payer signs Permit2's `PermitWitnessTransferFrom` for x402's exact proxy,
+//! whose witness names the merchant, so the signature can pay the merchant and no one else,
+//! whoever sends it. The permit's nonce is the intent's, so Permit2 spends it once; its deadline
+//! is the intent's last second.
+
+use alloy::{
+    primitives::{Address, B256, Bytes, U256},
+    providers::Provider,
+};
+use sqlx::PgConnection;
+
+use crate::{
+    error::ApiError,
+    intents::payment::KIND,
+    rails::{
+        Chains,
+        eip3009::{AuthorizationDocument, Terms, dedupe_key},
+        evm::permit2::{self, PERMIT2, ProxyPermit, Shortfall, X402_EXACT_PROXY},
+        outbox::{self, NewSubmission},
+        rpc::ChainError,
+    },
+};
+
+/// The permit that pays `terms`: the same payer, merchant, amount and nonce as an EIP-3009
+/// authorization of them, read as Permit2 reads them.
+pub fn permit(chains: &Chains, terms: &Terms<'_>) -> Result<ProxyPermit, ApiError> {
+    let (endpoint, _) = chains
+        .get(terms.chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
+    let address = |raw: &str| {
+        raw.parse::<Address>()
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored address {raw}: {e}")))
+    };
+    let amount = terms
+        .value
+        .parse::<U256>()
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored amount: {e}")))?;
+    Ok(ProxyPermit {
+        chain_id: endpoint.id,
+        token: address(terms.token)?,
+        amount,
+        owner: address(terms.from)?,
+        to: address(terms.to)?,
+        nonce: U256::from_be_bytes(terms.nonce),
+        // EIP-3009's validBefore is the first second it no longer pays in; Permit2's deadline is
+        // the last one it does.
+        deadline: U256::from(terms.valid_before.saturating_sub(1)),
+        valid_after: U256::ZERO,
+        facilitator: None,
+    })
+}
+
+/// What the payer signs: the permit as `eth_signTypedData_v4` takes it, and its digest.
+pub fn document(permit: &ProxyPermit) -> AuthorizationDocument {
+    AuthorizationDocument {
+        typed_data: permit.typed_data(),
+        digest: permit.digest().to_string(),
+    }
+}
+
+/// The payer's signature of `permit`, as the proxy will pass it to Permit2, once the chain says
+/// it would pay: 400 for a signature that is not the payer's, 422 `permit2_allowance_required`
+/// while the payer has not approved Permit2 for the amount. A short balance is not refused: the
+/// payment waits for it, as an EIP-3009 one does (`pending_reason: insufficient_balance`).
+pub async fn signed(
+    chains: &Chains,
+    chain: &str,
+    permit: &ProxyPermit,
+    signature: &str,
+) -> Result<Bytes, ApiError> {
+    let (_, node) = chains
+        .get(chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
+    let unavailable = |e: ChainError| {
+        ApiError::ChainUnavailable(format!(
+            "checking the permit needs {chain}, which did not answer ({e}); nothing was changed, retry later"
+        ))
+    };
+    for (contract, what) in [(PERMIT2, "Permit2"), (X402_EXACT_PROXY, "x402's exact proxy")] {
+        let code = node
+            .get_code_at(contract)
+            .await
+            .map_err(|e| unavailable(e.into()))?;
+        if code.is_empty() {
+            return Err(ApiError::ChainNotSettled(format!(
+                "{what} ({contract}) is not on {chain}, so an intent cannot be paid by Permit2 there"
+            )));
+        }
+    }
+    let signature = permit2::owner_signed(node, permit, signature)
+        .await
+        .map_err(unavailable)?
+        .map_err(|why| ApiError::InvalidRequest(format!("signature: {why}")))?;
+    match permit2::shortfall(node, permit, permit.amount, signature.clone())
+        .await
+        .map_err(unavailable)?
+    {
+        None | Some(Shortfall::Balance(_)) => Ok(signature),
+        Some(Shortfall::Allowance(allowance)) => Err(ApiError::Permit2AllowanceRequired(format!(
+            "the payer {} lets Permit2 move {allowance} of token {}, the payment is {}: it approves Permit2 ({PERMIT2}) for the token, then confirms again",
+            permit.owner, permit.token, permit.amount
+        ))),
+        Some(Shortfall::Refused(reason)) => Err(ApiError::InvalidRequest(format!(
+            "signature: x402's exact proxy would not settle this permit: {reason}"
+        ))),
+    }
+}
+
+/// Queues the proxy's settle of the signed permit as the intent's payment, in the caller's
+/// transaction. Its key is Permit2's: the owner's nonce, which no token shares.
+pub async fn queue(
+    conn: &mut PgConnection,
+    intent_id: &str,
+    permit: &ProxyPermit,
+    signature: &Bytes,
+) -> Result<(), sqlx::Error> {
+    let submission = NewSubmission {
+        kind: KIND,
+        subject: intent_id,
+        chain_id: permit.chain_id,
+        dedupe_key: dedupe_key(PERMIT2, permit.owner, B256::from(permit.nonce)),
+        target: X402_EXACT_PROXY,
+        calldata: permit.settle_calldata(permit.amount, signature.clone()),
+        sender: None,
+    };
+    outbox::queue(conn, &submission).await?;
+    Ok(())
+}
