@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     DEMO_TOKEN,
-    chain::{Anvil, PAYEE, PAYER, PAYER_KEY, RELAYER_KEY, app_on},
+    chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, app_on},
 };
 
 /// Anvil's fourth account, `RELAYER_KEY`'s: it submits, and is the `upto` payment's facilitator.
@@ -585,4 +585,29 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
     assert_eq!(booked, 1);
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");
+
+    // Its token has no EIP-3009: the merchant pays the refund back by a transfer, which the watch
+    // matches.
+    let refunds = format!("/v1/payment_intents/{id}/refunds");
+    let created = app
+        .post_as(DEMO_TOKEN, &refunds, Some("permit2-refund"), "{}")
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let refund = created.json();
+    assert_eq!(refund["payment_method"], "transfer", "{refund}");
+    assert_eq!(refund["payer"], PAYER);
+    anvil.send(
+        PAYEE_KEY,
+        &token,
+        "transfer(address,uint256)",
+        &[PAYER, "1000"],
+    );
+    app.mine_until(
+        &anvil,
+        "the refund is paid by the merchant's transfer",
+        "(SELECT count(*) FROM refunds WHERE state = 'succeeded') = 1",
+    )
+    .await;
+    let refunded = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(refunded["amount_refunded"], "1000", "{refunded}");
 }

@@ -107,7 +107,8 @@ pub async fn confirm(
     let signed = match payment.method {
         PaymentMethod::Permit2 => {
             let permit = permit2::permit(chains, &terms)?;
-            let signature = permit2::signed(chains, terms.chain, &permit, &request.signature).await?;
+            let signature =
+                permit2::signed(chains, terms.chain, &permit, &request.signature).await?;
             Signed::Permit2(permit, signature)
         }
         _ => {
@@ -278,7 +279,9 @@ impl Payment {
         };
         let method = match (&option, intent.payment_method) {
             (Some(_), _) => PaymentMethod::Authorization,
-            (None, Some(method @ (PaymentMethod::Authorization | PaymentMethod::Permit2))) => method,
+            (None, Some(method @ (PaymentMethod::Authorization | PaymentMethod::Permit2))) => {
+                method
+            }
             (None, _) => {
                 return Err(ApiError::InvalidRequest(format!(
                     "payment intent {}: it is paid by transfers to its deposit_address, not by an authorization",

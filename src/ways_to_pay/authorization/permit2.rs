@@ -77,7 +77,10 @@ pub async fn signed(
             "checking the permit needs {chain}, which did not answer ({e}); nothing was changed, retry later"
         ))
     };
-    for (contract, what) in [(PERMIT2, "Permit2"), (X402_EXACT_PROXY, "x402's exact proxy")] {
+    for (contract, what) in [
+        (PERMIT2, "Permit2"),
+        (X402_EXACT_PROXY, "x402's exact proxy"),
+    ] {
         let code = node
             .get_code_at(contract)
             .await

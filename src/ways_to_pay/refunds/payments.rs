@@ -15,7 +15,6 @@ use crate::{
     error::ApiError,
     intents::{
         domain::{IntentId, PaymentMethod},
-        order::DuplicatePayment,
         repo as intents,
     },
     rails::{
@@ -82,9 +81,19 @@ pub async fn create(
     if let Some(chain) = chain {
         eip3009::served(chains, chain, &format!("payment intent {}", intent.id))?;
     }
-    let method = match duplicate {
-        Some(duplicate) => method_for(tx, chains, duplicate).await?,
-        None => RefundMethod::Authorization,
+    // A payment by Permit2 may be in any ERC-20, as a duplicate may: paid back by transfer unless
+    // its token has EIP-3009.
+    let method = match (
+        duplicate,
+        intent.payment_method,
+        &intent.chain,
+        &intent.token,
+    ) {
+        (Some(duplicate), ..) => method_for(tx, chains, &duplicate.chain, &duplicate.token).await?,
+        (None, Some(PaymentMethod::Permit2), Some(chain), Some(token)) => {
+            method_for(tx, chains, chain, token).await?
+        }
+        (None, ..) => RefundMethod::Authorization,
     };
     repo::create(tx, merchant, &id, new, duplicate, method)
         .await
@@ -100,26 +109,27 @@ pub async fn create(
         })
 }
 
-/// How a duplicate payment is paid back: by the merchant's authorization where its token has
-/// EIP-3009, else by a transfer the merchant sends (`docs/refunds.md`, "Refunds by transfer").
+/// How a payment in `token` on `chain` is paid back: by the merchant's authorization where the
+/// token has EIP-3009, else by a transfer the merchant sends (`docs/refunds.md`, "Refunds by
+/// transfer").
 async fn method_for(
     conn: &mut PgConnection,
     chains: &Chains,
-    duplicate: &DuplicatePayment,
+    chain: &str,
+    token: &str,
 ) -> Result<RefundMethod, ApiError> {
     let (endpoint, node) = chains
-        .get(&duplicate.chain)
+        .get(chain)
         .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
-    let token = duplicate.token.parse().map_err(|e| {
-        ApiError::Internal(anyhow::anyhow!("stored token {}: {e}", duplicate.token))
-    })?;
+    let token = token
+        .parse()
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored token {token}: {e}")))?;
     match tokens::resolve(conn, endpoint, node, token).await {
         Ok(TokenSupport::Eip3009 { .. }) => Ok(RefundMethod::Authorization),
         Ok(TokenSupport::NotSupported(_)) => Ok(RefundMethod::Transfer),
         Err(ResolveError::Database(e)) => Err(e.into()),
         Err(ResolveError::Chain(e)) => Err(ApiError::ChainUnavailable(format!(
-            "token {token} on {} is not known yet and its chain did not answer ({e}); nothing was changed, retry later",
-            duplicate.chain
+            "token {token} on {chain} is not known yet and its chain did not answer ({e}); nothing was changed, retry later"
         ))),
     }
 }

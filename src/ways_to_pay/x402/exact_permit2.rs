@@ -18,9 +18,7 @@ use crate::{
     error::ApiError,
     rails::{
         Chains,
-        evm::{
-            permit2::{self, ProxyPermit, Shortfall, X402_EXACT_PROXY, X402_UPTO_PROXY},
-        },
+        evm::permit2::{self, ProxyPermit, Shortfall, X402_EXACT_PROXY, X402_UPTO_PROXY},
     },
 };
 

@@ -21,9 +21,7 @@ pub mod settle;
 use axum::extract::FromRef;
 
 use super::{Routes, WayToPay};
-use crate::{
-    config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains,
-};
+use crate::{config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains};
 
 /// payments-api as an x402 facilitator. A settle queues an intent's payment (the authorization's
 /// submission kind); the authorization's watches see it, by EIP-3009 or by Permit2.

@@ -266,8 +266,8 @@ class CreateIntentRequest(ApiModel):
         pattern="^0x[0-9a-fA-F]{40}$",
     )
     """
-    The paying address, for `authorization`: if given, only it can pay; if not, whoever
-    signs when confirming. Absent for `deposit_address` and for an order.
+    The paying address, for `authorization` and `permit2`: if given, only it can pay; if
+    not, whoever signs when confirming. Absent for `deposit_address` and for an order.
     """
     merchant: Optional[str] = Field(
         None,

@@ -774,8 +774,8 @@ export interface components {
             token?: string | null;
             payment_method?: null | components["schemas"]["PaymentMethod"];
             /**
-             * @description The paying address, for `authorization`: if given, only it can pay; if not, whoever
-             *     signs when confirming. Absent for `deposit_address` and for an order.
+             * @description The paying address, for `authorization` and `permit2`: if given, only it can pay; if
+             *     not, whoever signs when confirming. Absent for `deposit_address` and for an order.
              * @example 0x70997970C51812dc3A010C7d01b50e0d17dc79C8
              */
             payer?: string | null;
