@@ -109,9 +109,16 @@ impl Shared {
     }
 }
 
+/// The create of an intent of `amount`: paid by Permit2 when the amount ends in 7 (a tenth of
+/// them), else by EIP-3009; a function of the amount alone, so a retry sends the same body.
 pub fn body(amount: &str) -> String {
+    let method = if amount.ends_with('7') {
+        "permit2"
+    } else {
+        "authorization"
+    };
     format!(
-        r#"{{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"{amount}","expires_in_seconds":3600}}"#
+        r#"{{"chain":"evm:31337","token":"0x5FbDB2315678afecb367f032d93F642f64180aa3","payer":"0x70997970C51812dc3A010C7d01b50e0d17dc79C8","merchant":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC","amount":"{amount}","expires_in_seconds":3600,"payment_method":"{method}"}}"#
     )
 }
 

@@ -1,7 +1,8 @@
 //! The payer: pays random `created` intents the way payers do. It fetches the authorization from
 //! a random replica, signs it, then either confirms it through the API (the relayer submits it) or
 //! submits it on chain itself; now and then it burns the nonce on a transfer of one unit instead,
-//! or cancels the authorization on chain (EIP-3009 `cancelAuthorization`).
+//! or cancels the authorization on chain (EIP-3009 `cancelAuthorization`). A `permit2` intent's
+//! permit is confirmed, or settled through x402's exact proxy by the payer itself.
 //! Failures under faults are simply tried again with another intent. Beside the payer, the
 //! merchant refunds a quarter of random paid intents: create, sign with the merchant address's
 //! key, confirm or submit on chain itself, each request retried with its key like a client's.
@@ -19,7 +20,11 @@ use alloy::{
     signers::{SignerSync, local::PrivateKeySigner},
     sol_types::SolCall,
 };
-use payments_api::rails::evm::{devnet::ANVIL_KEYS, token::Eip3009};
+use payments_api::rails::evm::{
+    devnet::ANVIL_KEYS,
+    permit2::{ProxyPermit, X402_EXACT_PROXY},
+    token::Eip3009,
+};
 use rand::Rng;
 use sqlx::{Connection, PgConnection};
 
@@ -83,7 +88,18 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
             continue;
         };
         let roll = rand::rng().random_range(0..10);
-        if roll == 1 {
+        let by_permit = document.pointer("/typed_data/primaryType")
+            == Some(&serde_json::json!("PermitWitnessTransferFrom"));
+        if by_permit && roll < 3 {
+            // Anyone holding the signature may send it: the payer settles its permit itself.
+            if settle_permit(&node, &payer, &document).await {
+                paid.submitted += 1;
+            }
+        } else if by_permit {
+            if confirm(&shared, &http, &payer, token, &id, &document).await {
+                paid.confirmed += 1;
+            }
+        } else if roll == 1 {
             if cancel(&node, &payer, &document).await {
                 paid.canceled += 1;
             }
@@ -96,27 +112,80 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
             if submit(&node, &payer, &document, None).await {
                 paid.submitted += 1;
             }
-        } else {
-            let Some(digest) = document["digest"]
-                .as_str()
-                .and_then(|d| d.parse::<B256>().ok())
-            else {
-                continue;
-            };
-            let Ok(signature) = payer.sign_hash_sync(&digest) else {
-                continue;
-            };
-            let body = serde_json::json!({ "signature": format!("0x{}", hex::encode(signature.as_bytes())) });
-            let path = format!("/v1/payment_intents/{id}/confirm");
-            if post_until_final(&shared, &http, token, &path, &format!("pay-{id}"), &body)
-                .await
-                .is_some_and(|(status, _)| status == 200)
-            {
-                paid.confirmed += 1;
-            }
+        } else if confirm(&shared, &http, &payer, token, &id, &document).await {
+            paid.confirmed += 1;
         }
     }
     paid
+}
+
+/// Signs the document's digest (an EIP-3009 authorization or a Permit2 permit alike) and confirms
+/// intent `id` with it, retried under its key until final; whether it was confirmed.
+async fn confirm(
+    shared: &Shared,
+    http: &reqwest::Client,
+    payer: &PrivateKeySigner,
+    token: &str,
+    id: &str,
+    document: &serde_json::Value,
+) -> bool {
+    let Some(digest) = document["digest"]
+        .as_str()
+        .and_then(|d| d.parse::<B256>().ok())
+    else {
+        return false;
+    };
+    let Ok(signature) = payer.sign_hash_sync(&digest) else {
+        return false;
+    };
+    let body =
+        serde_json::json!({ "signature": format!("0x{}", hex::encode(signature.as_bytes())) });
+    let path = format!("/v1/payment_intents/{id}/confirm");
+    post_until_final(shared, http, token, &path, &format!("pay-{id}"), &body)
+        .await
+        .is_some_and(|(status, _)| status == 200)
+}
+
+/// Signs the permit in a `permit2` intent's document and sends it to x402's exact proxy from the
+/// payer's own account, as anyone holding the signature may. Whether the node accepted it.
+async fn settle_permit(
+    node: &impl Provider,
+    payer: &PrivateKeySigner,
+    document: &serde_json::Value,
+) -> bool {
+    let field = |pointer: &str| {
+        document
+            .pointer(&format!("/typed_data/message{pointer}"))
+            .and_then(|v| v.as_str())
+    };
+    let number = |pointer: &str| field(pointer).and_then(|n| n.parse::<U256>().ok());
+    let address = |pointer: &str| field(pointer).and_then(|a| a.parse::<Address>().ok());
+    let (Some(token), Some(amount), Some(to), Some(nonce), Some(deadline), Some(valid_after)) = (
+        address("/permitted/token"),
+        number("/permitted/amount"),
+        address("/witness/to"),
+        number("/nonce"),
+        number("/deadline"),
+        number("/witness/validAfter"),
+    ) else {
+        return false;
+    };
+    let permit = ProxyPermit {
+        chain_id: 31337,
+        token,
+        amount,
+        owner: payer.address(),
+        to,
+        nonce,
+        deadline,
+        valid_after,
+        facilitator: None,
+    };
+    let Ok(signature) = payer.sign_hash_sync(&permit.digest()) else {
+        return false;
+    };
+    let calldata = permit.settle_calldata(amount, signature.as_bytes().to_vec().into());
+    send(node, X402_EXACT_PROXY, calldata.to_vec()).await
 }
 
 /// POSTs `body` to `path` on random replicas under `key`, like every client here retried with

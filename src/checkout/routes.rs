@@ -207,7 +207,7 @@ pub async fn authorization(
         (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_state_transition`", body = ErrorBody),
-        (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`, `chain_not_settled`, or `permit2_allowance_required`: the payer approves Permit2 for the token first", body = ErrorBody),
         (status = 429, description = "`rate_limited`: too many confirms of this intent", body = ErrorBody,
          headers(("Retry-After" = u64, description = "Seconds until a confirm of this intent is accepted again"))),
     )

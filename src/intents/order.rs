@@ -75,8 +75,8 @@ impl DuplicatePayment {
 }
 
 /// The options of the order `id` of `payee`, priced `price` in `currency`: for each accepted asset
-/// of that currency on a chain served now, `authorization` where its token has EIP-3009 and
-/// `deposit_address` where its chain has a factory, in the merchant's order. An asset whose
+/// of that currency on a chain served now, `authorization` where its token has EIP-3009 (else
+/// `permit2`) and `deposit_address` where its chain has a factory, in the merchant's order. An asset whose
 /// base-unit amount would not fit a uint256 is left out.
 pub fn options(
     id: &IntentId,
@@ -109,9 +109,15 @@ pub fn options(
             payment_method,
             deposit_address,
         };
-        if asset.supports_authorization {
-            options.push(option(PaymentMethod::Authorization, None));
-        }
+        // A wallet signs for any token: by EIP-3009 where the token has it, else by Permit2.
+        options.push(option(
+            if asset.supports_authorization {
+                PaymentMethod::Authorization
+            } else {
+                PaymentMethod::Permit2
+            },
+            None,
+        ));
         if let Some(factory) = chain.deposit_factory {
             let address = deposit::forwarder_of(factory, forwarders, token.into(), intent);
             options.push(option(

@@ -465,8 +465,9 @@ pub enum NonceSpace {
 }
 
 /// The intent whose authorization is `authorizer`'s `nonce` on `token` on `chain` in `space`, in
-/// any state: an intent naming them, else an order with an authorization option on that chain and
-/// token (the order's nonce is every option's). A nonce belongs to its authorizer: another address
+/// any state: an intent naming them, else an order with an option signed that way (`authorization`
+/// for EIP-3009, `permit2` for Permit2) on that chain and token (the order's nonce is every
+/// option's). A nonce belongs to its authorizer: another address
 /// using the same bytes is no intent of ours. A Permit2 nonce is the owner's on every token: its
 /// intent is found whatever token used it. The one lookup of an intent by what the chain shows
 /// (the payment watches, x402, reconcile).
@@ -491,9 +492,10 @@ pub async fn by_chain_nonce(
                    UNION ALL
                    SELECT 1, p.merchant_id, p.id, o->>'token', $4, p.payee, o->>'amount', o->>'id'
                      FROM payment_intents p, jsonb_array_elements(p.payment_options) AS o
-                    WHERE NOT $5 AND p.chain_nonce = $1 AND p.currency IS NOT NULL
+                    WHERE p.chain_nonce = $1 AND p.currency IS NOT NULL
                       AND o->>'chain' = $2 AND o->>'token' = $3
-                      AND o->>'payment_method' = 'authorization') AS owners
+                      AND o->>'payment_method' = CASE WHEN $5 THEN 'permit2' ELSE 'authorization' END
+                  ) AS owners
             ORDER BY rank
             LIMIT 1"#,
         nonce,

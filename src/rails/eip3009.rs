@@ -35,6 +35,36 @@ pub struct AuthorizationDocument {
     pub typed_data: serde_json::Value,
     /// Its EIP-712 digest, `0x` + 64 hex digits.
     pub digest: String,
+    /// For a Permit2 payment whose payer has not yet let Permit2 move the amount (as the chain
+    /// showed when the document was made): the approval to send first. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+}
+
+/// An approval a payer sends from its wallet before its Permit2 signature can pay.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Approval {
+    /// The token, EIP-55.
+    pub token: String,
+    /// Permit2, which the token is to let move the payer's tokens.
+    pub spender: String,
+    /// What the payer lets it move now, token base units.
+    pub allowance: String,
+    /// What the payment needs it to let move, token base units.
+    pub amount: String,
+    /// The transactions to send from the payer's address, in order: `approve(spender, amount)`,
+    /// after `approve(spender, 0)` where an allowance is left (Tether's `approve` refuses to
+    /// change one that is not zero).
+    pub transactions: Vec<ApprovalTransaction>,
+}
+
+/// A call the payer's wallet sends (`eth_sendTransaction`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalTransaction {
+    /// The contract called, EIP-55.
+    pub to: String,
+    /// The calldata, `0x`-hex.
+    pub data: String,
 }
 
 impl AuthorizationDocument {
@@ -42,6 +72,7 @@ impl AuthorizationDocument {
         Self {
             typed_data: authorization.typed_data(),
             digest: authorization.digest().to_string(),
+            approval: None,
         }
     }
 }

@@ -99,7 +99,15 @@ pub async fn resolve(
         (Err(ChainError::Unreachable(_)), Some(stored)) => return Ok(stored),
         (Err(e), _) => return Err(e.into()),
     };
-    let none = Units::default();
+    // Any ERC-20 says its units for people, EIP-3009 or not (a Permit2 payment's, on its page).
+    let other = match &support {
+        TokenSupport::NotSupported(_) => token::units(node, address)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+        TokenSupport::Eip3009 { .. } => Units::default(),
+    };
     let (supported, name, version, contract_signatures, refusal, units) = match &support {
         TokenSupport::Eip3009 {
             name,
@@ -114,7 +122,7 @@ pub async fn resolve(
             None,
             units,
         ),
-        TokenSupport::NotSupported(why) => (false, None, None, false, Some(why.as_str()), &none),
+        TokenSupport::NotSupported(why) => (false, None, None, false, Some(why.as_str()), &other),
     };
     sqlx::query!(
         "INSERT INTO chain_tokens (chain_id, address, supports_eip3009, name, version, contract_signatures, refusal, symbol, decimals)

@@ -954,3 +954,81 @@ async fn a_change_of_accepted_assets_on_another_replica_is_seen_by_the_next_orde
     let eur = create_order(&first, json!({"amount": "1.00", "currency": "eur"})).await;
     assert_eq!(eur["payment_options"][0]["token"], USDC);
 }
+
+/// An accepted token without EIP-3009 (Tether-like: `transfer` returns nothing) is an option paid
+/// by Permit2: the payer who approved Permit2 signs the permit the option's document holds, the
+/// confirm chooses the option, and the relayer pays the merchant once through x402's exact proxy,
+/// booked in that token.
+#[tokio::test]
+async fn an_accepted_token_without_eip3009_is_an_option_paid_by_permit2() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let usdt = anvil.deploy_token(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contracts/build/NoReturnToken.json"
+    )));
+    let assets = json!([
+        {"chain": "evm:31337", "token": usdt, "currency": "usd"},
+        {"chain": "evm:31337", "token": TOKEN, "currency": "usd"}
+    ]);
+    let body = json!({"payout_address": PAYEE, "accepted_assets": assets});
+    let set = app
+        .post_as(DEMO_TOKEN, "/v1/merchant", Some("usdt"), &body.to_string())
+        .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(
+        set.json()["accepted_assets"][0]["supports_authorization"],
+        false
+    );
+
+    let order = create_order(&app, json!({"amount": "1.50", "currency": "usd"})).await;
+    let id = order["id"].as_str().unwrap();
+    let by_permit = option(&order, &usdt, "permit2");
+    option(&order, TOKEN, "authorization");
+    let methods: Vec<&Value> = order["payment_options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["token"] == usdt.as_str())
+        .map(|o| &o["payment_method"])
+        .collect();
+    assert!(
+        !methods.contains(&&json!("authorization")),
+        "no EIP-3009 option for a token without it: {order}"
+    );
+    let amount = by_permit["amount"].as_str().unwrap().to_owned();
+
+    anvil.send(
+        PAYER_KEY,
+        &usdt,
+        "approve(address,uint256)",
+        &[
+            &payments_api::rails::evm::permit2::PERMIT2.to_string(),
+            &amount,
+        ],
+    );
+    let (typed, signature) = signed(&app, &anvil, id, &id_of(by_permit)).await;
+    assert_eq!(typed["primaryType"], "PermitWitnessTransferFrom");
+    assert_eq!(typed["message"]["witness"]["to"], PAYEE);
+    let before = anvil.balance_of(&usdt, PAYEE);
+    let confirmed = confirm_option(&app, id, "by-permit2", &id_of(by_permit), &signature).await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    let confirmed = confirmed.json();
+    assert_eq!(confirmed["selected_option"], by_permit["id"]);
+    assert_eq!(confirmed["payment_method"], "permit2");
+    assert_eq!(confirmed["token"], usdt.as_str());
+    app.wait_for_state(id, "succeeded").await;
+    assert_eq!(
+        anvil.balance_of(&usdt, PAYEE) - before,
+        amount.parse::<u128>().unwrap()
+    );
+    let booked: Vec<(String, String)> = sqlx::query_as(
+        "SELECT p.token, p.amount::text FROM ledger_entries e JOIN ledger_postings p ON p.entry_id = e.id
+          WHERE e.intent_id = $1 AND e.kind = 'payment' AND p.amount > 0",
+    )
+    .bind(id)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(booked, [(usdt.clone(), amount)]);
+}

@@ -534,6 +534,22 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
         (expires_at.unix_timestamp() - 1).to_string()
     );
     let signature = anvil.sign(PAYER_KEY, typed);
+    // The payer has not approved Permit2: the document says what to send first, as cast encodes it.
+    let approval = &document["approval"];
+    assert_eq!(approval["allowance"], "0", "{document}");
+    assert_eq!(approval["spender"], PERMIT2.to_string());
+    let steps = approval["transactions"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{approval}");
+    assert_eq!(steps[0]["to"], token.as_str());
+    assert_eq!(
+        steps[0]["data"],
+        anvil.cast(&[
+            "calldata",
+            "approve(address,uint256)",
+            &PERMIT2.to_string(),
+            "1000"
+        ])
+    );
 
     let confirm = format!("/v1/payment_intents/{id}/confirm");
     let pay = json!({"payer": PAYER, "signature": signature}).to_string();
@@ -547,6 +563,9 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
     assert_eq!(still["payer"], Value::Null);
 
     approve_permit2(&anvil, &token);
+    let again = app.get_as(DEMO_TOKEN, &path).await.json();
+    assert_eq!(again["approval"], Value::Null, "approved: {again}");
+    assert_eq!(again["typed_data"], *typed, "the same permit");
     let before = anvil.balance_of(&token, PAYEE);
     let confirmed = app
         .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm"), &pay)

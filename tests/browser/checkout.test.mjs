@@ -13,7 +13,8 @@ import { mkdirSync, readFileSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { chromium } from "playwright-core";
-import { root, until, startChain, startApi, PAYER, MERCHANT, STRANGER, DEVNET_USD, USDC } from "../node/stack.mjs";
+import { execFileSync } from "node:child_process";
+import { root, tools, until, startChain, startApi, PAYER, PAYER_KEY, MERCHANT, STRANGER, DEVNET_USD, USDC } from "../node/stack.mjs";
 import { withWallet } from "./wallet.mjs";
 
 const shots = path.join(root, "target/browser");
@@ -489,5 +490,49 @@ test("a refunded payment says what was refunded, not just Paid", async () => {
   await until("in Traditional Chinese", async () => (await status(page).textContent()).startsWith("已付款，並已全額退款給您（25.00 dUSD）"));
   await accessible(page, "the refunded page (zh-TW)");
   await shot(page, "refunded");
+  await context.close();
+});
+
+/// A token like Tether's (no EIP-3009, its `transfer` returns nothing), the payer holding some;
+/// deployed by cast.
+function usdtLike() {
+  const { bytecode } = JSON.parse(readFileSync(path.join(root, "contracts/build/NoReturnToken.json"), "utf8"));
+  const sent = execFileSync(path.join(tools, "cast"), [
+    "send", "--json", "--rpc-url", chain.url, "--private-key", PAYER_KEY,
+    "--create", bytecode, "constructor(address[],uint256)", `[${PAYER}]`, "1000000000000",
+  ]);
+  return JSON.parse(sent.toString()).contractAddress;
+}
+
+test("a token without EIP-3009 is paid by Permit2: the page says why it asks for an approval first, then the payer signs and pays once", async () => {
+  const token = usdtLike();
+  const created = await merchant("POST", "/v1/payment_intents", {
+    chain: "evm:31337", token, merchant: MERCHANT, amount: "1500000", payment_method: "permit2",
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const intent = created.body;
+  const before = balanceOf(token, MERCHANT);
+  const { page, wallet, context } = await walletPage();
+  let release;
+  wallet.holdSends = new Promise((resolve) => { release = resolve; });
+  await payThrough(page, intent);
+  await until("the approval explained", async () => /Permit2/.test(await status(page).textContent()));
+  await accessible(page, "the Permit2 approval (en)");
+  await shot(page, "permit2-approval");
+  release();
+  await until("succeeded", async () => /Paid\. Transaction 0x[0-9a-f]{64}/.test(await status(page).textContent()));
+  // One approval, of Permit2 for the amount, sent by the payer's wallet to the token.
+  assert.equal(wallet.sent.length, 1, JSON.stringify(wallet.sent));
+  assert.equal(wallet.sent[0].to.toLowerCase(), token.toLowerCase());
+  const allowance = execFileSync(path.join(tools, "cast"), [
+    "call", "--rpc-url", chain.url, token, "allowance(address,address)(uint256)", PAYER,
+    "0x000000000022D473030F116dDEE9F6B43aC78BA3",
+  ]).toString().trim();
+  assert.equal(allowance, "0", "Permit2 moved exactly what it was let move");
+  assert.equal(balanceOf(token, MERCHANT) - before, 1500000n);
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.equal(body.state, "succeeded");
+  assert.equal(body.payment_method, "permit2");
+  assert.equal(body.payer, PAYER);
   await context.close();
 });

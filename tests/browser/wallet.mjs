@@ -23,10 +23,12 @@ function injectedWallet() {
 }
 
 /// Gives every page of `context` a wallet of `account` on `chainId` (hex) that switches chains
-/// when asked and signs through `rpc` on chain 31337 only; `reject` declines every signature
-/// (EIP-1193 4001). The wallet's state, with the chains it was switched to.
+/// when asked and signs and sends through `rpc` on chain 31337 only (anvil's dev accounts are
+/// unlocked); `reject` declines every signature (EIP-1193 4001). The wallet's state, with the
+/// chains it was switched to and the transactions it sent; while `holdSends` is a promise, a
+/// send waits for it (as a payer reading the wallet's prompt does).
 export async function withWallet(context, rpc, { account, chainId = "0x1", reject = false }) {
-  const wallet = { account, chainId, reject, switched: [] };
+  const wallet = { account, chainId, reject, switched: [], sent: [], holdSends: null };
   await context.exposeBinding("__wallet", async (_source, method, params) => {
     switch (method) {
       case "eth_requestAccounts":
@@ -46,6 +48,18 @@ export async function withWallet(context, rpc, { account, chainId = "0x1", rejec
         } catch (e) {
           return { error: { code: -32603, message: e.message } };
         }
+      case "eth_sendTransaction":
+        if (wallet.reject) return { error: { code: 4001, message: "User rejected the request." } };
+        if (wallet.chainId !== "0x7a69") return { error: { code: 4901, message: "wrong chain" } };
+        await wallet.holdSends;
+        wallet.sent.push(params[0]);
+        try {
+          return { result: await rpc("eth_sendTransaction", [{ ...params[0], from: wallet.account }]) };
+        } catch (e) {
+          return { error: { code: -32603, message: e.message } };
+        }
+      case "eth_getTransactionReceipt":
+        return { result: await rpc("eth_getTransactionReceipt", params) };
       default:
         return { error: { code: 4200, message: `unsupported ${method}` } };
     }

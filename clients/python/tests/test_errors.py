@@ -20,7 +20,7 @@ def documented_codes() -> dict:
     doc = (ROOT / "docs/api.md").read_text()
     table = doc[doc.index("## Errors") : doc.index("A 503 says what the server knows")]
     for status, cell in re.findall(r"^\| (\d{3}) \| (.*?) \|", table, re.M):
-        for code in re.findall(r"`([a-z_]+)`", cell):
+        for code in re.findall(r"`([a-z][a-z0-9_]*)`", cell):
             codes[code] = int(status)
     api = json.loads((ROOT / "openapi.json").read_text())
     states = set(api["components"]["schemas"]["IntentState"]["enum"])
@@ -28,7 +28,7 @@ def documented_codes() -> dict:
         for operation in operations.values():
             for status, answer in operation.get("responses", {}).items():
                 if status[0] in "45":
-                    for code in re.findall(r"`([a-z_]+)`", answer.get("description", "")):
+                    for code in re.findall(r"`([a-z][a-z0-9_]*)`", answer.get("description", "")):
                         if code not in states:
                             codes.setdefault(code, int(status))
     return codes

@@ -14,7 +14,7 @@ function documentedCodes() {
   const doc = readFileSync(`${root}docs/api.md`, "utf8");
   const table = doc.slice(doc.indexOf("## Errors"), doc.indexOf("A 503 says what the server knows"));
   for (const row of table.matchAll(/^\| (\d{3}) \| (.*?) \|/gm)) {
-    for (const [, code] of row[2].matchAll(/`([a-z_]+)`/g)) codes.set(code, Number(row[1]));
+    for (const [, code] of row[2].matchAll(/`([a-z][a-z0-9_]*)`/g)) codes.set(code, Number(row[1]));
   }
   const api = JSON.parse(readFileSync(`${root}openapi.json`, "utf8"));
   const states = new Set(api.components.schemas.IntentState.enum);
@@ -22,7 +22,7 @@ function documentedCodes() {
     for (const operation of Object.values(operations)) {
       for (const [status, answer] of Object.entries(operation.responses ?? {})) {
         if (!/^[45]/.test(status)) continue;
-        for (const [, code] of (answer.description ?? "").matchAll(/`([a-z_]+)`/g)) {
+        for (const [, code] of (answer.description ?? "").matchAll(/`([a-z][a-z0-9_]*)`/g)) {
           if (!states.has(code) && !codes.has(code)) codes.set(code, Number(status));
         }
       }

@@ -57,6 +57,9 @@ const STRINGS = {
     choose: "Choose how to pay",
     by_signature: "sign in your wallet",
     by_transfer: "send to an address",
+    approving: "{token} has no signed transfers, so it is paid through Permit2, Uniswap's contract for paying by signature. Approve it in your wallet to move {amount}; then you sign the payment.",
+    approval_mining: "Waiting for your approval to be confirmed on chain…",
+    approval_failed: "the approval transaction failed on chain",
     reasons: {
       authorization_expired: "the authorization expired",
       nonce_used_otherwise: "the authorization was used for another transfer",
@@ -114,6 +117,9 @@ const STRINGS = {
     choose: "選擇付款方式",
     by_signature: "以錢包簽署",
     by_transfer: "轉帳到地址",
+    approving: "{token} 不支援簽署轉帳，因此透過 Permit2（Uniswap 的簽署付款合約）付款。請先在錢包中核准它動用 {amount}，接著再簽署付款。",
+    approval_mining: "等待您的核准在鏈上確認…",
+    approval_failed: "核准交易在鏈上失敗",
     reasons: {
       authorization_expired: "授權已過期",
       nonce_used_otherwise: "授權已被用於另一筆轉帳",
@@ -140,6 +146,7 @@ let wallet = null;
 let account = null;
 let note = null; // [key, values] of the note under the buttons
 let statusOverride = null; // [key, values] shown instead of the intent's state, until it changes
+let inFlight = false; // a payment under way (approval, signature, confirm): Pay stays disabled
 let choice = null; // the order's option the payer picked here, until the server chose one
 let optionsShown = ""; // what the option list was last built for
 
@@ -242,7 +249,7 @@ function render() {
   $("connect").hidden = Boolean(account) || !payable;
   $("connect").disabled = !payable;
   $("pay").hidden = !account || !payable;
-  $("pay").disabled = !payable || !rightAccount();
+  $("pay").disabled = inFlight || !payable || !rightAccount();
   $("pay").textContent = t("pay", { amount: amountText() });
   $("account").textContent = note ? t(note[0], note[1]) : "";
   renderStatus();
@@ -513,7 +520,17 @@ async function onChain() {
 }
 
 async function pay() {
-  $("pay").disabled = true;
+  if (inFlight) return;
+  inFlight = true;
+  try {
+    await payOnce();
+  } finally {
+    inFlight = false;
+    render();
+  }
+}
+
+async function payOnce() {
   statusOverride = ["paying", {}];
   render();
   let signature;
@@ -523,7 +540,8 @@ async function pay() {
     chosen = choosing();
     const answer = await api(`/authorization?${new URLSearchParams(chosen)}`);
     if (!answer.ok) throw Object.assign(new Error("authorization"), { answer: await answer.json() });
-    const { typed_data } = await answer.json();
+    const { typed_data, approval } = await answer.json();
+    if (approval) await approve(approval);
     signature = await wallet.request({
       method: "eth_signTypedData_v4",
       params: [account, JSON.stringify(typed_data)],
@@ -544,6 +562,35 @@ async function pay() {
   statusOverride = ["sending", {}];
   render();
   await confirm(signature, chosen);
+}
+
+// A token without signed transfers is paid through Permit2, which the token must first let move
+// the amount: the wallet sends the approvals the server wrote (it encodes them; this page has no
+// ABI of its own), and the page waits for each to be mined before asking for the signature.
+async function approve(approval) {
+  statusOverride = ["approving", { token: paying().symbol ?? paying().token, amount: units(approval.amount) }];
+  render();
+  for (const step of approval.transactions) {
+    const hash = await wallet.request({
+      method: "eth_sendTransaction",
+      params: [{ from: account, to: step.to, data: step.data }],
+    });
+    statusOverride = ["approval_mining", {}];
+    render();
+    const receipt = await mined(hash);
+    if (receipt.status !== "0x1") throw new Error(t("approval_failed"));
+  }
+  statusOverride = ["paying", {}];
+  render();
+}
+
+// The receipt of transaction `hash`, asked of the wallet until the chain has one.
+async function mined(hash) {
+  for (;;) {
+    const receipt = await wallet.request({ method: "eth_getTransactionReceipt", params: [hash] });
+    if (receipt) return receipt;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
 }
 
 // What a payment leaves to the payer, as the authorization and the confirm take it: the order's

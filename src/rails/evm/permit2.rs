@@ -372,12 +372,24 @@ pub fn revert_of(reason: &str) -> Option<Revert> {
 }
 
 alloy::sol! {
-    /// What a Permit2 payment's checks read of its token.
+    /// What a Permit2 payment's checks read of its token, and the approval its payer sends.
     #[sol(rpc)]
     interface Permit2Token {
         function balanceOf(address owner) external view returns (uint256);
         function allowance(address owner, address spender) external view returns (uint256);
+        function approve(address spender, uint256 amount) external returns (bool);
     }
+}
+
+/// The calldata of a token's `approve(Permit2, amount)`.
+pub fn approve_calldata(amount: U256) -> Bytes {
+    use alloy::sol_types::SolCall;
+    Permit2Token::approveCall {
+        spender: PERMIT2,
+        amount,
+    }
+    .abi_encode()
+    .into()
 }
 
 /// What the token says of a Permit2 payment's owner: its balance, and what it lets Permit2 move.

@@ -85,7 +85,9 @@ pub async fn authorization(
     let payment = Payment::of(chains, &intent, choose)?;
     let terms = payment.terms(&intent);
     Ok(match payment.method {
-        PaymentMethod::Permit2 => permit2::document(&permit2::permit(chains, &terms)?),
+        PaymentMethod::Permit2 => {
+            permit2::document(chains, terms.chain, &permit2::permit(chains, &terms)?).await?
+        }
         _ => AuthorizationDocument::of(&authorization_for(conn, chains, &terms).await?.0),
     })
 }
@@ -265,7 +267,7 @@ impl Payment {
                             format!("payment intent {} has no option {raw:?}", intent.id),
                         )
                     })?;
-                if option.payment_method != PaymentMethod::Authorization {
+                if option.payment_method == PaymentMethod::DepositAddress {
                     return Err(invalid(
                         "option",
                         format!(
@@ -278,7 +280,7 @@ impl Payment {
             }
         };
         let method = match (&option, intent.payment_method) {
-            (Some(_), _) => PaymentMethod::Authorization,
+            (Some(option), _) => option.payment_method,
             (None, Some(method @ (PaymentMethod::Authorization | PaymentMethod::Permit2))) => {
                 method
             }

@@ -15,7 +15,7 @@ use crate::{
     intents::payment::KIND,
     rails::{
         Chains,
-        eip3009::{AuthorizationDocument, Terms, dedupe_key},
+        eip3009::{Approval, ApprovalTransaction, AuthorizationDocument, Terms, dedupe_key},
         evm::permit2::{self, PERMIT2, ProxyPermit, Shortfall, X402_EXACT_PROXY},
         outbox::{self, NewSubmission},
         rpc::ChainError,
@@ -51,12 +51,51 @@ pub fn permit(chains: &Chains, terms: &Terms<'_>) -> Result<ProxyPermit, ApiErro
     })
 }
 
-/// What the payer signs: the permit as `eth_signTypedData_v4` takes it, and its digest.
-pub fn document(permit: &ProxyPermit) -> AuthorizationDocument {
-    AuthorizationDocument {
+/// What the payer signs: the permit as `eth_signTypedData_v4` takes it, and its digest; and the
+/// approval of Permit2 to send first while the token does not let Permit2 move the amount (one
+/// `eth_call` of the token, so a payer's wallet needs no ABI of its own).
+pub async fn document(
+    chains: &Chains,
+    chain: &str,
+    permit: &ProxyPermit,
+) -> Result<AuthorizationDocument, ApiError> {
+    let (_, node) = chains
+        .get(chain)
+        .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
+    let (_, allowance) = permit2::owner_funds(node, permit.token, permit.owner)
+        .await
+        .map_err(|e| {
+            ApiError::ChainUnavailable(format!(
+                "whether the payer {} has approved Permit2 for token {} needs {chain}, which did not answer ({e}); retry later",
+                permit.owner, permit.token
+            ))
+        })?;
+    let approval = (allowance < permit.amount).then(|| {
+        // Tether's `approve` refuses to change an allowance that is not zero.
+        let steps = if allowance.is_zero() {
+            vec![permit.amount]
+        } else {
+            vec![U256::ZERO, permit.amount]
+        };
+        Approval {
+            token: permit.token.to_checksum(None),
+            spender: PERMIT2.to_checksum(None),
+            allowance: allowance.to_string(),
+            amount: permit.amount.to_string(),
+            transactions: steps
+                .into_iter()
+                .map(|amount| ApprovalTransaction {
+                    to: permit.token.to_checksum(None),
+                    data: permit2::approve_calldata(amount).to_string(),
+                })
+                .collect(),
+        }
+    });
+    Ok(AuthorizationDocument {
         typed_data: permit.typed_data(),
         digest: permit.digest().to_string(),
-    }
+        approval,
+    })
 }
 
 /// The payer's signature of `permit`, as the proxy will pass it to Permit2, once the chain says

@@ -71,7 +71,7 @@ pub async fn authorization(
         (status = 400, description = "`invalid_request`: the signature is malformed or not the payer's, or an option or payer it cannot be paid with", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_state_transition`; `payment_in_progress`: another option of the order is being paid", body = ErrorBody),
-        (status = 422, description = "`token_not_supported`, or `chain_not_settled`", body = ErrorBody),
+        (status = 422, description = "`token_not_supported`, `chain_not_settled`, or `permit2_allowance_required`: a Permit2 payment whose payer has not approved Permit2 for the amount (not stored: the same key confirms once it has)", body = ErrorBody),
     )
 )]
 pub async fn confirm(

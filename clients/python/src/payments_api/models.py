@@ -39,6 +39,50 @@ class AcceptedAsset(ApiModel):
     """
 
 
+class Approval(ApiModel):
+    """
+    An approval a payer sends from its wallet before its Permit2 signature can pay.
+    """
+
+    token: str
+    """
+    The token, EIP-55.
+    """
+    spender: str
+    """
+    Permit2, which the token is to let move the payer's tokens.
+    """
+    allowance: str
+    """
+    What the payer lets it move now, token base units.
+    """
+    amount: str
+    """
+    What the payment needs it to let move, token base units.
+    """
+    transactions: list[ApprovalTransaction]
+    """
+    The transactions to send from the payer's address, in order: `approve(spender, amount)`,
+    after `approve(spender, 0)` where an allowance is left (Tether's `approve` refuses to
+    change one that is not zero).
+    """
+
+
+class ApprovalTransaction(ApiModel):
+    """
+    A call the payer's wallet sends (`eth_sendTransaction`).
+    """
+
+    to: str
+    """
+    The contract called, EIP-55.
+    """
+    data: str
+    """
+    The calldata, `0x`-hex.
+    """
+
+
 class AssetRequest(ApiModel):
     """
     One accepted asset as the merchant sends it. Unknown fields are rejected.
@@ -74,6 +118,7 @@ class AuthorizationDocument(ApiModel):
     """
     Its EIP-712 digest, `0x` + 64 hex digits.
     """
+    approval: Optional[Approval] = None
 
 
 class Balance(ApiModel):

@@ -614,6 +614,30 @@ export interface components {
              */
             supports_authorization?: boolean;
         };
+        /** @description An approval a payer sends from its wallet before its Permit2 signature can pay. */
+        Approval: {
+            /** @description The token, EIP-55. */
+            token: string;
+            /** @description Permit2, which the token is to let move the payer's tokens. */
+            spender: string;
+            /** @description What the payer lets it move now, token base units. */
+            allowance: string;
+            /** @description What the payment needs it to let move, token base units. */
+            amount: string;
+            /**
+             * @description The transactions to send from the payer's address, in order: `approve(spender, amount)`,
+             *     after `approve(spender, 0)` where an allowance is left (Tether's `approve` refuses to
+             *     change one that is not zero).
+             */
+            transactions: components["schemas"]["ApprovalTransaction"][];
+        };
+        /** @description A call the payer's wallet sends (`eth_sendTransaction`). */
+        ApprovalTransaction: {
+            /** @description The contract called, EIP-55. */
+            to: string;
+            /** @description The calldata, `0x`-hex. */
+            data: string;
+        };
         /** @description One accepted asset as the merchant sends it. Unknown fields are rejected. */
         AssetRequest: {
             /**
@@ -635,6 +659,7 @@ export interface components {
             typed_data: Record<string, never>;
             /** @description Its EIP-712 digest, `0x` + 64 hex digits. */
             digest: string;
+            approval?: null | components["schemas"]["Approval"];
         };
         /** @description What the merchant has received on one chain in one token. */
         Balance: {
@@ -2136,7 +2161,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `token_not_supported`, or `chain_not_settled` */
+            /** @description `token_not_supported`, `chain_not_settled`, or `permit2_allowance_required`: a Permit2 payment whose payer has not approved Permit2 for the amount (not stored: the same key confirms once it has) */
             422: {
                 headers: {
                     /** @description Present, as `true`, when this is the stored answer of an earlier execution */
@@ -2458,7 +2483,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `token_not_supported`, or `chain_not_settled` */
+            /** @description `token_not_supported`, `chain_not_settled`, or `permit2_allowance_required`: the payer approves Permit2 for the token first */
             422: {
                 headers: {
                     /** @description Present, as `true`, when this is the stored answer of an earlier execution */
