@@ -323,8 +323,12 @@ async fn main() -> anyhow::Result<()> {
         outages(&history, &faults);
     }
     println!(
-        "payer: {} confirmed through the API, {} submitted on chain, {} nonces burned, {} authorizations canceled",
-        paid.confirmed, paid.submitted, paid.burned, paid.canceled
+        "payer: {} confirmed through the API, {} submitted on chain ({} of each by Permit2), {} nonces burned, {} authorizations canceled",
+        paid.confirmed,
+        paid.submitted,
+        format_args!("{} and {}", paid.permits_confirmed, paid.permits_settled),
+        paid.burned,
+        paid.canceled
     );
     println!(
         "merchant: {} refunds created, {} confirmed through the API, {} submitted on chain",

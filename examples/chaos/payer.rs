@@ -36,6 +36,9 @@ pub struct Paid {
     pub submitted: u64,
     pub burned: u64,
     pub canceled: u64,
+    /// Of those confirmed and submitted, `permit2` intents' permits.
+    pub permits_confirmed: u64,
+    pub permits_settled: u64,
     /// Refunds created, then confirmed through the API or submitted on chain by the merchant.
     pub refunds: u64,
     pub refunds_confirmed: u64,
@@ -94,10 +97,12 @@ pub async fn run(shared: Arc<Shared>, chain_url: String, database_url: String) -
             // Anyone holding the signature may send it: the payer settles its permit itself.
             if settle_permit(&node, &payer, &document).await {
                 paid.submitted += 1;
+                paid.permits_settled += 1;
             }
         } else if by_permit {
             if confirm(&shared, &http, &payer, token, &id, &document).await {
                 paid.confirmed += 1;
+                paid.permits_confirmed += 1;
             }
         } else if roll == 1 {
             if cancel(&node, &payer, &document).await {
