@@ -833,24 +833,30 @@ fn print_report(report: &Report) {
             );
         }
     }
-    if let Some(x) = &report.x402 {
-        println!(
-            "x402: {} clients through @x402/express for {} s on {} ms blocks: {} paid requests ({:.1}/s), {} refused; \
-             settle p50 {:.0} ms, p99 {:.0} ms; a burst of {} settles: {} succeeded in {} blocks, at most {} in one, in {:.1} s",
-            x.clients,
-            x.seconds,
-            x.block_ms,
-            x.paid_requests,
-            x.settles_per_second,
-            x.refused_requests,
-            x.settle_p50_ms.unwrap_or(f64::NAN),
-            x.settle_p99_ms.unwrap_or(f64::NAN),
-            x.burst_payments,
-            x.burst_succeeded,
-            x.burst_blocks_used,
-            x.burst_max_payments_per_block,
-            x.burst_seconds,
-        );
+    if let Some(report) = &report.x402 {
+        let runs = [
+            ("EIP-3009", Some(&report.eip3009)),
+            ("Permit2", report.permit2.as_ref()),
+        ];
+        for (way, x) in runs.into_iter().filter_map(|(way, x)| Some((way, x?))) {
+            println!(
+                "x402 by {way}: {} clients through @x402/express for {} s on {} ms blocks: {} paid requests ({:.1}/s), {} refused; \
+                 settle p50 {:.0} ms, p99 {:.0} ms; a burst of {} settles: {} succeeded in {} blocks, at most {} in one, in {:.1} s",
+                x.clients,
+                x.seconds,
+                report.block_ms,
+                x.paid_requests,
+                x.settles_per_second,
+                x.refused_requests,
+                x.settle_p50_ms.unwrap_or(f64::NAN),
+                x.settle_p99_ms.unwrap_or(f64::NAN),
+                x.burst_payments,
+                x.burst_succeeded,
+                x.burst_blocks_used,
+                x.burst_max_payments_per_block,
+                x.burst_seconds,
+            );
+        }
     }
     if let Some(s) = &report.settlement {
         println!(

@@ -1,7 +1,8 @@
 //! The x402 workload: payments-api as the facilitator of x402's own express resource server and
 //! `@x402/fetch` clients, on an anvil with one-second blocks (`tests/x402/bench.mjs` drives the
 //! Node side). Measures paid requests per second and settle latency against the block time, then
-//! how many payments one block carries when a burst of them is settled at once.
+//! how many payments one block carries when a burst of them is settled at once; by EIP-3009, then
+//! the same by Permit2.
 
 use std::{path::Path, process::Command};
 
@@ -11,8 +12,21 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiProcess, empty_database, settlement::start_anvil};
 
+/// The x402 workload's figures: by EIP-3009 (the devnet token), and the same workload by Permit2
+/// (a token like Tether's) under `permit2`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct X402Report {
+    #[serde(flatten)]
+    pub eip3009: X402Run,
+    #[serde(default)]
+    pub permit2: Option<X402Run>,
+    #[serde(default)]
+    pub block_ms: u64,
+}
+
+/// One way to pay through the x402 workload.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct X402Run {
     pub clients: u64,
     pub seconds: u64,
     pub paid_requests: u64,
@@ -27,8 +41,6 @@ pub struct X402Report {
     pub burst_blocks_used: u64,
     pub burst_max_payments_per_block: u64,
     pub burst_seconds: f64,
-    #[serde(default)]
-    pub block_ms: u64,
 }
 
 pub async fn run(

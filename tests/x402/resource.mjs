@@ -13,7 +13,8 @@ import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
 import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
 import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
 import { UptoEvmScheme as UptoEvmServer } from "@x402/evm/upto/server";
-import { toHex } from "viem";
+import { readFileSync } from "node:fs";
+import { createWalletClient, defineChain, http, publicActions, toHex } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { freePort, MERCHANT, MERCHANT_TOKEN, PAYER, PAYER_KEY, DEVNET_USD, USDC } from "../node/stack.mjs";
 
@@ -139,3 +140,37 @@ export async function signPayment({ now, key = PAYER_KEY, asset = DEVNET_USD, ex
   return { payload, required, body: { x402Version: 2, paymentPayload: payload, paymentRequirements: required } };
 }
 
+
+/// A viem wallet of `key` on the anvil at `url`.
+export function walletOf(url, key) {
+  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [url] } } });
+  return createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(url) }).extend(publicActions);
+}
+
+/// A token like Tether's (its `transfer` returns nothing, it has no EIP-3009), deployed by
+/// `wallet`'s account, which holds 1 000 000 of it.
+export async function usdtLike(wallet) {
+  const artifact = JSON.parse(readFileSync(new URL("../../contracts/build/NoReturnToken.json", import.meta.url)));
+  const hash = await wallet.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode, args: [[wallet.account.address], 10n ** 12n] });
+  const { contractAddress } = await wallet.waitForTransactionReceipt({ hash });
+  return contractAddress;
+}
+
+/// `wallet` lets Permit2 move all of its `token`.
+export async function approvePermit2(wallet, token) {
+  const hash = await wallet.writeContract({
+    address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
+    abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
+  });
+  await wallet.waitForTransactionReceipt({ hash });
+}
+
+/// A payment of PRICE in `asset` to MERCHANT made by x402's own `Client` of `scheme` for
+/// requirements asking for Permit2; `change` alters its permit after signing.
+export async function madePermit2Payment({ scheme, Client, asset, extra = {}, key = PAYER_KEY, change = () => {} }) {
+  const required = { scheme, network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", ...extra } };
+  const created = await new Client(privateKeyToAccount(key)).createPaymentPayload(2, required);
+  if (!created.payload.permit2Authorization) throw new Error(`not a Permit2 payment: ${JSON.stringify(created)}`);
+  change(created.payload.permit2Authorization);
+  return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+}

@@ -16,8 +16,7 @@ import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitat
 import { ExactEvmScheme as ExactEvmClient, toFacilitatorEvmSigner } from "@x402/evm";
 import { UptoEvmScheme as UptoEvmFacilitator } from "@x402/evm/upto/facilitator";
 import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
-import { readFileSync } from "node:fs";
-import { createWalletClient, defineChain, http, publicActions, keccak256, toHex } from "viem";
+import { keccak256, toHex } from "viem";
 // viem carries Multicall3's bytecode for its deployless calls, though it does not export it.
 import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
 import { privateKeyToAccount } from "viem/accounts";
@@ -25,7 +24,10 @@ import {
   freePort, startChain, startApi, until, PAYER, PAYER_KEY, MERCHANT, SPARE_KEY, DEVNET_USD, USDC, RELAYER_KEY,
 } from "../node/stack.mjs";
 import { generatePaymentId } from "@x402/extensions/payment-identifier";
-import { METERED_CHARGE, NETWORK, PRICE, TOKENS, facilitatorAt, startResource, payingClient, signPayment } from "./resource.mjs";
+import {
+  METERED_CHARGE, NETWORK, PRICE, TOKENS, approvePermit2, facilitatorAt, madePermit2Payment, payingClient, signPayment,
+  startResource, usdtLike, walletOf,
+} from "./resource.mjs";
 
 const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
 
@@ -206,8 +208,7 @@ async function signedPayment(options) {
 }
 
 test("the reference facilitator and ours give the same verdict and reason on the same bad payments", async () => {
-  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
-  const wallet = createWalletClient({ account: privateKeyToAccount(SPARE_KEY), chain: anvil, transport: http(chain.url) }).extend(publicActions);
+  const wallet = walletOf(chain.url, SPARE_KEY);
   // The reference diagnoses a failed simulation through Multicall3, which every public chain has at
   // its canonical address: so does this one (the runtime code viem carries, past its constructor).
   await chain.rpc("anvil_setCode", ["0xcA11bde05977b3631167028862bE2a173976CA11", `0x${multicall3Bytecode.slice(2 + 64)}`]);
@@ -243,34 +244,6 @@ test("the reference facilitator and ours give the same verdict and reason on the
   }
 });
 
-/// A token like Tether's (its `transfer` returns nothing, it has no EIP-3009), deployed by `key`,
-/// which holds 1 000 000 of it; `approve` sets what its holder lets Permit2 move.
-async function usdtLike(wallet) {
-  const artifact = JSON.parse(readFileSync(new URL("../../contracts/build/NoReturnToken.json", import.meta.url)));
-  const hash = await wallet.deployContract({ abi: artifact.abi, bytecode: artifact.bytecode, args: [[wallet.account.address], 10n ** 12n] });
-  const { contractAddress } = await wallet.waitForTransactionReceipt({ hash });
-  return contractAddress;
-}
-
-/// `wallet` lets Permit2 move all of its `token`.
-async function approvePermit2(wallet, token) {
-  const hash = await wallet.writeContract({
-    address: token, functionName: "approve", args: ["0x000000000022D473030F116dDEE9F6B43aC78BA3", 2n ** 256n - 1n],
-    abi: [{ type: "function", name: "approve", stateMutability: "nonpayable", inputs: [{ type: "address" }, { type: "uint256" }], outputs: [] }],
-  });
-  await wallet.waitForTransactionReceipt({ hash });
-}
-
-/// A Permit2 payment of PRICE in `asset` to MERCHANT made by x402's own `Client` of `scheme` for
-/// `key`, then spoiled by `change` (given its `permit2Authorization`).
-async function madePermit2Payment({ scheme, Client, asset, extra = {}, key = PAYER_KEY, change = () => {} }) {
-  const required = { scheme, network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", ...extra } };
-  const created = await new Client(privateKeyToAccount(key)).createPaymentPayload(2, required);
-  assert.ok(created.payload.permit2Authorization, JSON.stringify(created));
-  change(created.payload.permit2Authorization);
-  return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
-}
-
 /// Each of `cases` (what: {payload, required}) is refused by the reference and by ours, with the
 /// same reason.
 async function sameRefusals(reference, cases) {
@@ -290,10 +263,8 @@ async function sameRefusals(reference, cases) {
 test("the reference facilitator and ours give the same reason on the same bad Permit2 payments; ours settles good ones once, exact and upto, for x402s own client and resource server", async () => {
   assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
   const { reference } = referenceFacilitator;
-  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
-  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
-  const payer = walletOf(PAYER_KEY);
-  const spare = walletOf(SPARE_KEY);
+  const payer = walletOf(chain.url, PAYER_KEY);
+  const spare = walletOf(chain.url, SPARE_KEY);
   // The payer approved Permit2 for one token, not for the other; the spare account approved it
   // for the first and holds none of it.
   const approved = await usdtLike(payer);
@@ -367,14 +338,12 @@ test("the reference facilitator and ours give the same reason on the same bad Pe
 });
 
 test("the reference facilitator and ours give the same reason on the same bad upto payments, and both call a good one valid", async () => {
-  const anvil = defineChain({ id: 31337, name: "anvil", nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 }, rpcUrls: { default: { http: [chain.url] } } });
-  const walletOf = (key) => createWalletClient({ account: privateKeyToAccount(key), chain: anvil, transport: http(chain.url) }).extend(publicActions);
-  const payer = walletOf(PAYER_KEY);
+  const payer = walletOf(chain.url, PAYER_KEY);
   // The witness names the facilitator that may settle: ours is our relayer's key, so the
   // reference is given the same key (it only verifies here, sending nothing).
   const facilitatorAddress = privateKeyToAccount(RELAYER_KEY).address;
   // (`toFacilitatorEvmSigner` names the signer by the client's `address`.)
-  const signer = toFacilitatorEvmSigner(Object.assign(walletOf(RELAYER_KEY), { address: facilitatorAddress }));
+  const signer = toFacilitatorEvmSigner(Object.assign(walletOf(chain.url, RELAYER_KEY), { address: facilitatorAddress }));
   const reference = new x402Facilitator().register(NETWORK, new UptoEvmFacilitator(signer));
   const supported = await api.merchant("GET", "/x402/supported");
   const upto = supported.body.kinds.find((k) => k.scheme === "upto" && k.network === NETWORK);
@@ -384,7 +353,7 @@ test("the reference facilitator and ours give the same reason on the same bad up
   const approved = await usdtLike(payer);
   const unapproved = await usdtLike(payer);
   await approvePermit2(payer, approved);
-  await approvePermit2(walletOf(SPARE_KEY), approved);
+  await approvePermit2(walletOf(chain.url, SPARE_KEY), approved);
   // Payments made by x402's own upto client: a ceiling of PRICE.
   const uptoPayment = (options) => madePermit2Payment({ scheme: "upto", Client: UptoEvmClient, asset: approved, extra: { facilitatorAddress }, ...options });
   const cases = {
