@@ -53,11 +53,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 "already deployed"
             };
             println!(
-                "devnet token {what} at {}, USDC at {}, deposit factory at {}, Permit2 at {}, on {rpc_url}",
+                "devnet token {what} at {}, USDC at {}, deposit factory at {}, Permit2 at {}, a token like Tether's at {}, on {rpc_url}",
                 devnet.token,
                 devnet.usdc,
                 devnet.deposit_factory,
-                payments_api::rails::evm::permit2::PERMIT2
+                payments_api::rails::evm::permit2::PERMIT2,
+                payments_api::rails::evm::devnet::usdt_like()
             );
             Ok(())
         }

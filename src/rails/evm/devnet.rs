@@ -4,8 +4,11 @@
 //! accounts in the constructor: one transaction, so it happens entirely or not at all. Then
 //! Circle's FiatTokenV2_2 is deployed behind its proxy at `0x0C8E79F3534B00D9a3D4a856B665Bf4eBC22f2ba`
 //! (`fiat_token`), minting the same to the same accounts, and the factory of deposit addresses
-//! (`deposit`) by anvil's sixth account, and Permit2 with x402's two Permit2 proxies at their
-//! canonical addresses (`permit2`). A second run finds them all and changes nothing.
+//! (`deposit`) by anvil's sixth account, Permit2 with x402's two Permit2 proxies at their
+//! canonical addresses (`permit2`), and a token like Tether's (no EIP-3009, its `transfer`
+//! returns nothing) by anvil's eighth account at `0xef11D1c2aA48826D4c41e54ab82D1Ff5Ad8A64Ca`,
+//! what a wallet pays by Permit2, minting the same to the same accounts. A second run finds them
+//! all and changes nothing.
 
 use alloy::{
     network::EthereumWallet,
@@ -61,12 +64,68 @@ pub async fn set_up(rpc_url: &url::Url) -> anyhow::Result<Devnet> {
     let permit2 = super::permit2::place(rpc_url)
         .await
         .context("placing Permit2 and x402's proxies")?;
+    let usdt_like = deploy_usdt_like(rpc_url, holders).await?;
     Ok(Devnet {
         token,
         usdc: super::fiat_token::address(),
         deposit_factory: super::deposit::devnet_factory(),
-        deployed_now: devnet_usd || usdc || factory || permit2,
+        deployed_now: devnet_usd || usdc || factory || permit2 || usdt_like,
     })
+}
+
+/// Anvil's eighth account deploys the token like Tether's at its nonce 0. Public knowledge: for a
+/// local devnet only.
+const USDT_LIKE_DEPLOYER_KEY: &str =
+    "0x4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356";
+
+mod usdt_like_bindings {
+    alloy::sol! {
+        #[sol(rpc)]
+        NoReturnToken,
+        "contracts/build/NoReturnToken.json"
+    }
+}
+use usdt_like_bindings::NoReturnToken;
+
+/// Where `payments-api devnet` puts the token like Tether's.
+pub fn usdt_like() -> Address {
+    usdt_like_deployer().address().create(0)
+}
+
+fn usdt_like_deployer() -> PrivateKeySigner {
+    USDT_LIKE_DEPLOYER_KEY.parse().expect("a valid key")
+}
+
+/// Deploys the token like Tether's, `holders` each holding `MINTED_EACH`; `false` if it is there.
+async fn deploy_usdt_like(rpc_url: &url::Url, holders: Vec<Address>) -> anyhow::Result<bool> {
+    let deployer = usdt_like_deployer();
+    let from = deployer.address();
+    let token = usdt_like();
+    let node = ProviderBuilder::new()
+        .wallet(EthereumWallet::from(deployer))
+        .connect_http(rpc_url.clone());
+    if !node.get_code_at(token).await?.is_empty() {
+        let symbol = NoReturnToken::new(token, &node).symbol().call().await?;
+        if symbol != "NRUSD" {
+            bail!("{token} holds another contract ({symbol:?}), not the token like Tether's");
+        }
+        return Ok(false);
+    }
+    if node.get_transaction_count(from).await? > 0 {
+        bail!(
+            "{from} already used its nonce 0 on this chain without deploying the token like Tether's at {token}: start from a fresh anvil"
+        );
+    }
+    let deployed = NoReturnToken::deploy(&node, holders, U256::from(MINTED_EACH))
+        .await
+        .context("deploying the token like Tether's")?;
+    if *deployed.address() != token {
+        bail!(
+            "the token like Tether's landed at {} instead of {token}",
+            deployed.address()
+        );
+    }
+    Ok(true)
 }
 
 /// Deploys the devnet token at `token`; `false` if it is there already.
