@@ -856,6 +856,9 @@ fn print_report(report: &Report) {
                 x.burst_max_payments_per_block,
                 x.burst_seconds,
             );
+            if !x.burst_refusals.is_empty() {
+                println!("  the burst's other answers: {:?}", x.burst_refusals);
+            }
         }
     }
     if let Some(s) = &report.settlement {

@@ -41,6 +41,9 @@ pub struct X402Run {
     pub burst_blocks_used: u64,
     pub burst_max_payments_per_block: u64,
     pub burst_seconds: f64,
+    /// What the burst's settles that did not succeed answered, by reason.
+    #[serde(default)]
+    pub burst_refusals: std::collections::BTreeMap<String, u64>,
 }
 
 pub async fn run(

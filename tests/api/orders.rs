@@ -896,13 +896,7 @@ async fn authorizations_of_two_options_the_payer_submits_pay_once_and_the_second
     assert_eq!(duplicate["from"], PAYER);
     assert_eq!(duplicate["deposit_address"], Value::Null);
     assert_eq!(now["selected_option"], by_token.as_str());
-    let payments: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
-    )
-    .bind(id)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let payments = app.payments_booked(id).await;
     assert_eq!(payments, 2, "both payments are in the ledger");
     app.wait_for_listener(&anvil).await;
     let (agreed, output) = crate::settlement::reconcile(&app, &anvil);

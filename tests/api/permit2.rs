@@ -342,13 +342,7 @@ async fn an_x402_payment_by_permit2_is_settled_once_as_an_intent_booked_and_reco
             "payment_intent.succeeded"
         ]
     );
-    let booked: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
-    )
-    .bind(&id)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let booked = app.payments_booked(&id).await;
     assert_eq!(booked, 1);
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");
@@ -594,13 +588,7 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
         .post_as(DEMO_TOKEN, &confirm, Some("permit2-confirm-again"), &pay)
         .await;
     assert_eq!(again.status, 409, "{}", again.body);
-    let booked: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
-    )
-    .bind(&id)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let booked = app.payments_booked(&id).await;
     assert_eq!(booked, 1);
     let (agreed, report) = crate::settlement::reconcile(&app, &anvil);
     assert!(agreed, "{report}");

@@ -325,13 +325,7 @@ async fn settle_pays_once_and_answers_success_once() {
                 "payment_intent.succeeded"
             ]
         );
-        let booked: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
-        )
-        .bind(&id)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+        let booked = app.payments_booked(&id).await;
         assert_eq!(booked, 1, "{token}");
         // Another merchant cannot see it.
         assert_eq!(app.get_as(OTHER_TOKEN, &path).await.status, 404);

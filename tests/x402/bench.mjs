@@ -96,6 +96,11 @@ async function burstOf(make) {
   );
   const burstSeconds = (performance.now() - started) / 1000;
   const hashes = answers.filter((a) => a.success).map((a) => a.transaction);
+  const refusals = {};
+  for (const a of answers.filter((a) => !a.success)) {
+    const reason = a.errorReason ?? a.error ?? "unknown";
+    refusals[reason] = (refusals[reason] ?? 0) + 1;
+  }
   const perBlock = new Map();
   for (const hash of hashes) {
     const receipt = await rpc("eth_getTransactionReceipt", [hash]);
@@ -107,6 +112,7 @@ async function burstOf(make) {
     burst_blocks_used: perBlock.size,
     burst_max_payments_per_block: Math.max(0, ...perBlock.values()),
     burst_seconds: Math.round(burstSeconds * 100) / 100,
+    burst_refusals: refusals,
   };
 }
 

@@ -231,6 +231,17 @@ impl TestApp {
         Answer::send(self.client.get(url).bearer_auth(token)).await
     }
 
+    /// How many payments of intent `id` the ledger booked.
+    pub async fn payments_booked(&self, id: &str) -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM ledger_entries WHERE intent_id = $1 AND kind = 'payment'",
+        )
+        .bind(id)
+        .fetch_one(&self.db)
+        .await
+        .unwrap()
+    }
+
     pub async fn intent_count(&self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM payment_intents")
             .fetch_one(&self.db)
