@@ -618,3 +618,63 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
     let refunded = app.get_intent(DEMO_TOKEN, &id).await.json();
     assert_eq!(refunded["amount_refunded"], "1000", "{refunded}");
 }
+
+/// A payer who approved Permit2 but does not hold the amount yet is not refused: the payment is
+/// queued, held with `pending_reason: insufficient_balance`, and made once the money arrives.
+#[tokio::test]
+async fn a_permit2_payment_short_of_balance_waits_for_it_and_is_made_once_funded() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = usdt_like_approved(&anvil);
+    // The payer's whole balance leaves: it has approved Permit2, and holds nothing.
+    anvil.send(
+        PAYER_KEY,
+        &token,
+        "transfer(address,uint256)",
+        &[PAYEE, "1000000000000"],
+    );
+    let body = json!({
+        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
+        "payer": PAYER, "payment_method": "permit2"
+    });
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("short"), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let document = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await
+        .json();
+    assert_eq!(document["approval"], Value::Null, "approved: {document}");
+    let signature = anvil.sign(PAYER_KEY, &document["typed_data"]);
+    let confirmed = app
+        .post_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/confirm"),
+            Some("short-confirm"),
+            &json!({ "signature": signature }).to_string(),
+        )
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    app.wait_until(
+        "the payment held for the balance",
+        &format!(
+            "(SELECT pending_reason = 'insufficient_balance' FROM payment_intents WHERE id = '{id}')"
+        ),
+    )
+    .await;
+
+    anvil.send(
+        PAYEE_KEY,
+        &token,
+        "transfer(address,uint256)",
+        &[PAYER, "1000"],
+    );
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(&token, PAYER), 0);
+    assert_eq!(app.payments_booked(&id).await, 1);
+}
