@@ -16,13 +16,12 @@ node_suite_psql() {
 # Drops this run's databases and those of runs whose shell is gone.
 node_suite_drop_databases() {
   local name pid
-  # `<suite>_run<pid>_<ms>`, and `<suite>_<pid>_<ms>` as older runs named them.
-  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^(checkout|dashboard|x402)_(run)?[0-9]+_[0-9]+$'" 2>/dev/null |
+  # `<suite>_run<pid>_<ms>` (a suite's second server too: `checkout_deposit`, `x402pending`), and
+  # `<suite>_<pid>_<ms>` as older runs named them.
+  node_suite_psql -c "SELECT datname FROM pg_database WHERE datname ~ '^(checkout|dashboard|x402)[a-z_]*_(run)?[0-9]+_[0-9]+$'" 2>/dev/null |
     while read -r name; do
       [[ -n $name ]] || continue
-      pid=${name#*_}
-      pid=${pid#run}
-      pid=${pid%%_*}
+      pid=$(sed -E 's/^.*_(run)?([0-9]+)_[0-9]+$/\2/' <<<"$name")
       if [[ run$pid == "$node_suite_run" ]] || ! kill -0 "$pid" 2>/dev/null; then
         node_suite_psql -c "DROP DATABASE IF EXISTS \"$name\" WITH (FORCE)" >/dev/null 2>&1 || true
       fi
