@@ -678,3 +678,49 @@ async fn a_permit2_payment_short_of_balance_waits_for_it_and_is_made_once_funded
     assert_eq!(anvil.balance_of(&token, PAYER), 0);
     assert_eq!(app.payments_booked(&id).await, 1);
 }
+
+/// A payer whose allowance for Permit2 is short but not zero is asked to set it to zero first,
+/// then to the amount (Tether's `approve` refuses to change an allowance that is not zero): two
+/// transactions, each as cast encodes it.
+#[tokio::test]
+async fn a_short_allowance_that_is_not_zero_is_reset_before_it_is_raised() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = usdt_like(&anvil);
+    let permit2 = PERMIT2.to_string();
+    anvil.send(
+        PAYER_KEY,
+        &token,
+        "approve(address,uint256)",
+        &[&permit2, "1"],
+    );
+    let body = json!({
+        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
+        "payer": PAYER, "payment_method": "permit2"
+    });
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("short-allowance"), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let document = app
+        .get_as(
+            DEMO_TOKEN,
+            &format!("/v1/payment_intents/{id}/authorization"),
+        )
+        .await;
+    assert_eq!(document.status, 200, "{}", document.body);
+    let approval = document.json()["approval"].clone();
+    assert_eq!(approval["allowance"], "1", "{approval}");
+    assert_eq!(approval["amount"], "1000");
+    let approve = |amount: &str| {
+        json!({
+            "to": token,
+            "data": anvil.cast(&["calldata", "approve(address,uint256)", &permit2, amount]),
+        })
+    };
+    assert_eq!(
+        approval["transactions"],
+        json!([approve("0"), approve("1000")])
+    );
+}
