@@ -65,9 +65,11 @@ buildOwn("src/OwnedWallet.sol", "OwnedWallet");
 // Deposit addresses: the forwarder and the factory whose CREATE2 addresses they are.
 buildOwn("src/DepositForwarder.sol", "DepositForwarder");
 buildOwn("src/DepositForwarder.sol", "DepositForwarderFactory");
-// Tokens that misbehave, for the tests: no return value (as USDT), a fee on transfer.
+// Tokens that misbehave or differ, for the tests: no return value (as USDT), a fee on transfer.
 buildOwn("src/test/NoReturnToken.sol", "NoReturnToken");
 buildOwn("src/test/FeeToken.sol", "FeeToken");
+// EIP-2612's permit without EIP-3009: paid by Permit2, approved by signature.
+buildOwn("src/test/PermitToken.sol", "PermitToken");
 // An ERC-721, whose `Transfer` shares the ERC-20's topic 0: the deposit watch passes it over.
 buildOwn("src/test/TestNFT.sol", "TestNFT");
 

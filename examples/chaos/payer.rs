@@ -185,6 +185,7 @@ async fn settle_permit(
         deadline,
         valid_after,
         facilitator: None,
+        token_permit: None,
     };
     let Ok(signature) = payer.sign_hash_sync(&permit.digest()) else {
         return false;

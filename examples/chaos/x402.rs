@@ -174,6 +174,7 @@ fn signed_permit(
         deadline: U256::from(now + 3 * 3600),
         valid_after: U256::ZERO,
         facilitator,
+        token_permit: None,
     };
     let signature = payer
         .sign_hash_sync(&permit.digest())

@@ -39,6 +39,21 @@ pub struct AuthorizationDocument {
     /// showed when the document was made): the approval to send first. Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
+    /// Where the token has EIP-2612 and the approval above is due: the token's permit for Permit2
+    /// to sign instead of sending the approval. Its signature goes with the confirm
+    /// (`token_permit_signature`), and the payment submits it: the payer sends no transaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_permit: Option<TokenPermitDocument>,
+}
+
+/// A token's EIP-2612 permit for Permit2, to sign as the payment's document is signed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenPermitDocument {
+    /// The EIP-712 document exactly as `eth_signTypedData_v4` takes it (primary type `Permit`).
+    #[schema(value_type = Object)]
+    pub typed_data: serde_json::Value,
+    /// Its EIP-712 digest, `0x` + 64 hex digits.
+    pub digest: String,
 }
 
 /// An approval a payer sends from its wallet before its Permit2 signature can pay.
@@ -73,6 +88,7 @@ impl AuthorizationDocument {
             typed_data: authorization.typed_data(),
             digest: authorization.digest().to_string(),
             approval: None,
+            token_permit: None,
         }
     }
 }

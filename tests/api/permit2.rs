@@ -619,6 +619,157 @@ async fn an_intent_is_paid_by_permit2_from_a_wallet_for_a_token_without_eip3009(
     assert_eq!(refunded["amount_refunded"], "1000", "{refunded}");
 }
 
+/// A payer whose token has EIP-2612 signs the token's permit for Permit2 instead of sending an
+/// approval: the document offers it, cast signs it, the token (OpenZeppelin's `ERC20Permit`)
+/// takes it in the payment's own transaction, and the payer sends nothing. A token permit the token
+/// refuses, or one on an intent not paid by Permit2, is a 400 naming it, with nothing written.
+#[tokio::test]
+async fn an_intent_paid_by_permit2_in_a_token_with_eip2612_needs_no_approval_transaction() {
+    let anvil = Anvil::start().await;
+    let app = app_on(&anvil, 1, true).await;
+    let token = anvil.deploy_token(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/contracts/build/PermitToken.json"
+    )));
+    let body = json!({
+        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
+        "payment_method": "permit2", "expires_in_seconds": 900
+    });
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("eip2612-intent"), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/payment_intents/{id}/authorization?payer={PAYER}");
+    let document = app.get_as(DEMO_TOKEN, &path).await;
+    assert_eq!(document.status, 200, "{}", document.body);
+    let document = document.json();
+    assert_eq!(document["approval"]["allowance"], "0", "{document}");
+    let token_permit = &document["token_permit"]["typed_data"];
+    assert_eq!(token_permit["primaryType"], "Permit", "{document}");
+    assert_eq!(token_permit["domain"]["name"], "Permit USD");
+    assert_eq!(token_permit["domain"]["version"], "1");
+    assert_eq!(token_permit["domain"]["verifyingContract"], token.as_str());
+    let message = &token_permit["message"];
+    assert_eq!(message["owner"], PAYER);
+    assert_eq!(message["spender"], PERMIT2.to_string());
+    assert_eq!(message["value"], "1000");
+    assert_eq!(message["nonce"], "0");
+    assert_eq!(
+        message["deadline"],
+        document["typed_data"]["message"]["deadline"]
+    );
+    let signature = anvil.sign(PAYER_KEY, &document["typed_data"]);
+    let confirm = format!("/v1/payment_intents/{id}/confirm");
+    let pay = |token_permit_signature: &str| {
+        json!({"payer": PAYER, "signature": signature, "token_permit_signature": token_permit_signature})
+            .to_string()
+    };
+
+    // Refused, each naming the field: malformed, and signed by someone else than the payer.
+    let malformed = app
+        .post_as(
+            DEMO_TOKEN,
+            &confirm,
+            Some("eip2612-malformed"),
+            &pay("0x12"),
+        )
+        .await;
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    let foreign = anvil.sign(PAYEE_KEY, token_permit);
+    let refused = app
+        .post_as(
+            DEMO_TOKEN,
+            &confirm,
+            Some("eip2612-foreign"),
+            &pay(&foreign),
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    for answer in [malformed, refused] {
+        let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.starts_with("token_permit_signature"), "{detail}");
+    }
+    let still = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(
+        (still["state"].as_str(), still["payer"].as_str()),
+        (Some("created"), None)
+    );
+
+    let sent_before = anvil
+        .rpc("eth_getTransactionCount", json!([PAYER, "latest"]))
+        .await;
+    let before = anvil.balance_of(&token, PAYEE);
+    let token_permit_signature = anvil.sign(PAYER_KEY, token_permit);
+    let confirmed = app
+        .post_as(
+            DEMO_TOKEN,
+            &confirm,
+            Some("eip2612-confirm"),
+            &pay(&token_permit_signature),
+        )
+        .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.body);
+    assert_eq!(confirmed.json()["state"], "processing");
+    app.wait_for_state(&id, "succeeded").await;
+    assert_eq!(anvil.balance_of(&token, PAYEE) - before, 1000);
+    let intent = app.get_intent(DEMO_TOKEN, &id).await.json();
+    let hash = intent["settlement"]["transaction_hash"].as_str().unwrap();
+    let sent = anvil.rpc("eth_getTransactionByHash", json!([hash])).await;
+    let settle_with_permit = anvil.cast(&[
+        "sig",
+        "settleWithPermit((uint256,uint256,bytes32,bytes32,uint8),((address,uint256),uint256,uint256),address,(address,uint256),bytes)",
+    ]);
+    assert!(
+        sent["input"]
+            .as_str()
+            .unwrap()
+            .starts_with(&settle_with_permit),
+        "{sent}"
+    );
+    let sent_after = anvil
+        .rpc("eth_getTransactionCount", json!([PAYER, "latest"]))
+        .await;
+    assert_eq!(sent_after, sent_before, "the payer sent no transaction");
+    let allowance = anvil.cast(&[
+        "call",
+        &token,
+        "allowance(address,address)(uint256)",
+        PAYER,
+        &PERMIT2.to_string(),
+    ]);
+    assert_eq!(
+        allowance, "0",
+        "the permit let Permit2 move the payment, and it did"
+    );
+    assert_eq!(app.payments_booked(&id).await, 1);
+
+    // An intent paid by EIP-3009 takes no token permit.
+    let body = json!({
+        "chain": "evm:31337", "token": crate::helpers::chain::TOKEN, "amount": "1000",
+        "payer": PAYER, "merchant": PAYEE, "expires_in_seconds": 900
+    });
+    let created = app
+        .create_intent(DEMO_TOKEN, Some("eip3009-intent"), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let confirm = format!("/v1/payment_intents/{id}/confirm");
+    let answer = app
+        .post_as(
+            DEMO_TOKEN,
+            &confirm,
+            Some("eip3009-confirm"),
+            &pay(&token_permit_signature),
+        )
+        .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    let detail = answer.json()["detail"].as_str().unwrap().to_owned();
+    assert!(detail.starts_with("token_permit_signature"), "{detail}");
+    let still = app.get_intent(DEMO_TOKEN, &id).await.json();
+    assert_eq!(still["state"], "created");
+}
+
 /// A payer who approved Permit2 but does not hold the amount yet is not refused: the payment is
 /// queued, held with `pending_reason: insufficient_balance`, and made once the money arrives.
 #[tokio::test]

@@ -132,7 +132,7 @@ async fn supported_names_each_served_chain_and_the_relayer() {
                 {"x402Version": 2, "scheme": "upto", "network": "eip155:31337",
                  "extra": {"facilitatorAddress": relayer}},
             ],
-            "extensions": ["payment-identifier"],
+            "extensions": ["eip2612GasSponsoring", "payment-identifier"],
             "signers": {"eip155:*": [relayer]},
         })
     );

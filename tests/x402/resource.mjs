@@ -9,6 +9,7 @@ import {
   PAYMENT_IDENTIFIER, appendPaymentIdentifierToExtensions, declarePaymentIdentifierExtension,
   paymentIdentifierResourceServerExtension,
 } from "@x402/extensions/payment-identifier";
+import { declareEip2612GasSponsoringExtension } from "@x402/extensions";
 import { ExactEvmScheme as ExactEvmClient } from "@x402/evm";
 import { ExactEvmScheme as ExactEvmServer } from "@x402/evm/exact/server";
 import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
@@ -59,6 +60,9 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
     "GET /weather-usdc": route(USDC),
     // A route that asks its clients for a payment identifier (x402's payment-identifier extension).
     "GET /weather-identified": route(DEVNET_USD, { [PAYMENT_IDENTIFIER]: declarePaymentIdentifierExtension(false) }),
+    // USDC by Permit2, where a payer who never approved Permit2 signs USDC's EIP-2612 permit for it
+    // and the facilitator submits both (x402's eip2612GasSponsoring extension).
+    "GET /weather-gasless": route(USDC, declareEip2612GasSponsoringExtension(), { assetTransferMethod: "permit2", ...TOKENS[USDC] }),
     ...(permit2Asset && {
       "GET /weather-permit2": route(permit2Asset, undefined, { assetTransferMethod: "permit2" }),
       "GET /metered": {
@@ -70,6 +74,7 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
   app.get("/weather", (_req, res) => res.json({ weather: "sunny" }));
   app.get("/weather-usdc", (_req, res) => res.json({ weather: "sunny, in USDC" }));
   app.get("/weather-identified", (_req, res) => res.json({ weather: "sunny, identified" }));
+  app.get("/weather-gasless", (_req, res) => res.json({ weather: "sunny, without an approval" }));
   app.get("/weather-permit2", (_req, res) => res.json({ weather: "sunny, by Permit2" }));
   app.get("/metered", (_req, res) => {
     setSettlementOverrides(res, { amount: METERED_CHARGE });
@@ -84,8 +89,9 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
 /// A paying client; `sent` records every PAYMENT-SIGNATURE it sends. With `hold`, the paid retry is
 /// not sent at all (the caller answers it), so the signed header can be used as the caller likes.
 /// With `paymentId`, every payment it makes carries that payment identifier where a route asks for
-/// one, as x402's documentation shows a client doing it. `assets` are what it agrees to pay in.
-export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets = Object.keys(TOKENS) } = {}) {
+/// one, as x402's documentation shows a client doing it. `assets` are what it agrees to pay in. With
+/// `rpcUrl`, it reads the chain there: what it needs to sign a token's EIP-2612 permit for Permit2.
+export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets = Object.keys(TOKENS), rpcUrl } = {}) {
   const sent = [];
   const transport = async (input, init) => {
     const request = new Request(input, init);
@@ -98,7 +104,7 @@ export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets 
   };
   const client = x402Client.fromConfig({
     schemes: [
-      { network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key)) },
+      { network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key), rpcUrl && { rpcUrl }) },
       { network: NETWORK, client: new UptoEvmClient(privateKeyToAccount(key)) },
     ],
     // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
@@ -166,11 +172,19 @@ export async function approvePermit2(wallet, token) {
 }
 
 /// A payment of PRICE in `asset` to MERCHANT made by x402's own `Client` of `scheme` for
-/// requirements asking for Permit2; `change` alters its permit after signing.
-export async function madePermit2Payment({ scheme, Client, asset, extra = {}, key = PAYER_KEY, change = () => {} }) {
+/// requirements asking for Permit2; `change` alters its permit after signing. With `sponsoredAt`
+/// (the chain's URL), the requirements declare x402's eip2612GasSponsoring and carry the token's
+/// domain, so a payer short of allowance also signs the token's permit for Permit2, which
+/// `changeTokenPermit` may alter.
+export async function madePermit2Payment({ scheme, Client, asset, extra = {}, key = PAYER_KEY, change = () => {}, sponsoredAt, changeTokenPermit = () => {} }) {
   const required = { scheme, network: NETWORK, amount: PRICE, asset, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: { assetTransferMethod: "permit2", ...extra } };
-  const created = await new Client(privateKeyToAccount(key)).createPaymentPayload(2, required);
+  const client = new Client(privateKeyToAccount(key), sponsoredAt && { rpcUrl: sponsoredAt });
+  const context = sponsoredAt && { extensions: declareEip2612GasSponsoringExtension() };
+  const created = await client.createPaymentPayload(2, required, context);
   if (!created.payload.permit2Authorization) throw new Error(`not a Permit2 payment: ${JSON.stringify(created)}`);
   change(created.payload.permit2Authorization);
-  return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+  const { extensions } = created;
+  if (sponsoredAt && !extensions?.eip2612GasSponsoring) throw new Error(`no token permit: ${JSON.stringify(created)}`);
+  if (extensions?.eip2612GasSponsoring) changeTokenPermit(extensions.eip2612GasSponsoring.info);
+  return { payload: { x402Version: 2, accepted: required, payload: created.payload, ...(extensions && { extensions }) }, required };
 }

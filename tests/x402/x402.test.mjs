@@ -375,3 +375,63 @@ test("the reference facilitator and ours give the same reason on the same bad up
   assert.deepEqual([theirs.isValid, theirs.payer], [true, PAYER], JSON.stringify(theirs));
   assert.deepEqual([ours.body.isValid, ours.body.payer], [true, PAYER], JSON.stringify(ours.body));
 });
+
+test("a payer who never approved Permit2 pays USDC by Permit2 with USDC's own EIP-2612 permit (eip2612GasSponsoring): the same verdicts as the reference's, both in one transaction, once", async () => {
+  assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and made the reference facilitator");
+  const { reference } = referenceFacilitator;
+  const payer = walletOf(chain.url, PAYER_KEY);
+  const PERMIT2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+  const read = (functionName, args) => payer.readContract({
+    address: USDC, functionName, args,
+    abi: [{ type: "function", name: functionName, stateMutability: "view", inputs: args.map(() => ({ type: "address" })), outputs: [{ type: "uint256" }] }],
+  });
+  assert.equal(await read("allowance", [PAYER, PERMIT2]), 0n, "the payer never approved Permit2 for USDC");
+  // x402's own client, told by the requirements that the facilitator sponsors EIP-2612 permits.
+  const sponsored = (options) => madePermit2Payment({
+    scheme: "exact", Client: ExactEvmClient, asset: USDC, extra: TOKENS[USDC], sponsoredAt: chain.url, ...options,
+  });
+  const resigned = (info) => (info.signature = `0x${"11".repeat(32)}${info.signature.slice(66)}`);
+  const cases = {
+    "a token permit of someone else": await sponsored({ changeTokenPermit: (i) => (i.from = MERCHANT) }),
+    "a token permit for another asset": await sponsored({ changeTokenPermit: (i) => (i.asset = DEVNET_USD) }),
+    "a token permit for another spender than Permit2": await sponsored({ changeTokenPermit: (i) => (i.spender = MERCHANT) }),
+    "a token permit past its deadline": await sponsored({ changeTokenPermit: (i) => (i.deadline = "1") }),
+    "a token permit whose amount is no number": await sponsored({ changeTokenPermit: (i) => (i.amount = "ten") }),
+    "a token permit for another amount than the payment": await sponsored({ changeTokenPermit: (i) => (i.amount = "1") }),
+    "a token permit not signed by the payer": await sponsored({ changeTokenPermit: resigned }),
+  };
+  await sameRefusals(reference, cases);
+
+  const good = await sponsored({});
+  assert.equal((await reference.verify(good.payload, good.required)).isValid, true);
+  const ours = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
+  assert.deepEqual([ours.body.isValid, ours.body.payer], [true, PAYER], JSON.stringify(ours.body));
+  const supported = await api.merchant("GET", "/x402/supported");
+  assert.ok(supported.body.extensions.includes("eip2612GasSponsoring"), JSON.stringify(supported.body));
+
+  const before = await read("balanceOf", [MERCHANT]);
+  const facilitator = facilitatorAt(`${api.base}/x402`);
+  const settled = await facilitator.settle(good.payload, good.required);
+  assert.equal(settled.success, true, JSON.stringify(settled));
+  const receipt = await payer.getTransactionReceipt({ hash: settled.transaction });
+  assert.equal(receipt.to.toLowerCase(), "0x402085c248eea27d92e8b30b2c58ed07f9e20001");
+  const settledWithPermit = keccak256(toHex("SettledWithPermit()"));
+  assert.ok(receipt.logs.some((log) => log.topics[0] === settledWithPermit), "settled through settleWithPermit");
+  paidOnce(await transfersIn(settled.transaction));
+  assert.equal(await read("balanceOf", [MERCHANT]), before + BigInt(PRICE));
+  assert.equal(await read("allowance", [PAYER, PERMIT2]), 0n, "the permit let Permit2 move the payment, and it did");
+  const again = await facilitator.settle(good.payload, good.required);
+  assert.deepEqual([again.success, again.errorReason, again.transaction], [false, "permit2_invalid_nonce", settled.transaction], JSON.stringify(again));
+  assert.equal(await read("balanceOf", [MERCHANT]), before + BigInt(PRICE));
+
+  // The whole round, x402's own: @x402/express declares the extension, @x402/fetch signs both.
+  const { pay } = payingClient({ assets: [USDC], rpcUrl: chain.url });
+  const answer = await pay(`${resourceUrl}/weather-gasless`);
+  assert.equal(answer.status, 200, await answer.clone().text());
+  assert.equal((await answer.json()).weather, "sunny, without an approval");
+  const paid = decodePaymentResponseHeader(answer.headers.get("payment-response"));
+  assert.equal(paid.success, true, JSON.stringify(paid));
+  const mined = await payer.getTransactionReceipt({ hash: paid.transaction });
+  assert.ok(mined.logs.some((log) => log.topics[0] === settledWithPermit), "settled through settleWithPermit");
+  assert.equal(await read("balanceOf", [MERCHANT]), before + 2n * BigInt(PRICE));
+});

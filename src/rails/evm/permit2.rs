@@ -130,6 +130,66 @@ pub struct ProxyPermit {
     pub valid_after: U256,
     /// `None` for the `exact` scheme; for `upto`, the one address that may settle it.
     pub facilitator: Option<Address>,
+    /// The owner's EIP-2612 permit letting Permit2 move `amount`, which the proxy's
+    /// `settleWithPermit` submits first: the owner then needs no approval of its own.
+    pub token_permit: Option<TokenPermit>,
+}
+
+/// A token's EIP-2612 `permit(owner, Permit2, value, deadline, v, r, s)`, signed by the owner, as
+/// x402's proxies take it (`EIP2612Permit`). A permit that fails does not stop the settle (the
+/// proxy goes on with what allowance there is), so it is checked by simulating the settle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenPermit {
+    pub value: U256,
+    pub deadline: U256,
+    /// `r || s || v`, v 27 or 28.
+    pub signature: [u8; 65],
+}
+
+impl TokenPermit {
+    fn exact(&self) -> bindings::x402BasePermit2Proxy::EIP2612Permit {
+        let s = &self.signature;
+        bindings::x402BasePermit2Proxy::EIP2612Permit {
+            value: self.value,
+            deadline: self.deadline,
+            r: B256::from_slice(&s[..32]),
+            s: B256::from_slice(&s[32..64]),
+            v: s[64],
+        }
+    }
+
+    fn upto(&self) -> upto_bindings::x402BasePermit2Proxy::EIP2612Permit {
+        let p = self.exact();
+        upto_bindings::x402BasePermit2Proxy::EIP2612Permit {
+            value: p.value,
+            deadline: p.deadline,
+            r: p.r,
+            s: p.s,
+            v: p.v,
+        }
+    }
+
+    fn of_exact(p: &bindings::x402BasePermit2Proxy::EIP2612Permit) -> Self {
+        let mut signature = [0u8; 65];
+        signature[..32].copy_from_slice(p.r.as_slice());
+        signature[32..64].copy_from_slice(p.s.as_slice());
+        signature[64] = p.v;
+        Self {
+            value: p.value,
+            deadline: p.deadline,
+            signature,
+        }
+    }
+
+    fn of_upto(p: &upto_bindings::x402BasePermit2Proxy::EIP2612Permit) -> Self {
+        Self::of_exact(&bindings::x402BasePermit2Proxy::EIP2612Permit {
+            value: p.value,
+            deadline: p.deadline,
+            r: p.r,
+            s: p.s,
+            v: p.v,
+        })
+    }
 }
 
 impl ProxyPermit {
@@ -219,38 +279,67 @@ impl ProxyPermit {
             nonce: self.nonce,
             deadline: self.deadline,
         };
-        match self.facilitator {
-            None => X402ExactPermit2Proxy::settleCall {
-                permit,
-                owner: self.owner,
-                witness: bindings::x402ExactPermit2Proxy::Witness {
+        let owner = self.owner;
+        match (self.facilitator, &self.token_permit) {
+            (None, token_permit) => {
+                let witness = bindings::x402ExactPermit2Proxy::Witness {
                     to: self.to,
                     validAfter: self.valid_after,
-                },
-                signature,
+                };
+                match token_permit {
+                    None => X402ExactPermit2Proxy::settleCall {
+                        permit,
+                        owner,
+                        witness,
+                        signature,
+                    }
+                    .abi_encode(),
+                    Some(token_permit) => X402ExactPermit2Proxy::settleWithPermitCall {
+                        permit2612: token_permit.exact(),
+                        permit,
+                        owner,
+                        witness,
+                        signature,
+                    }
+                    .abi_encode(),
+                }
+                .into()
             }
-            .abi_encode()
-            .into(),
-            Some(facilitator) => X402UptoPermit2Proxy::settleCall {
-                permit: upto_bindings::ISignatureTransfer::PermitTransferFrom {
+            (Some(facilitator), token_permit) => {
+                let permit = upto_bindings::ISignatureTransfer::PermitTransferFrom {
                     permitted: upto_bindings::ISignatureTransfer::TokenPermissions {
                         token: permit.permitted.token,
                         amount: permit.permitted.amount,
                     },
                     nonce: permit.nonce,
                     deadline: permit.deadline,
-                },
-                amount: charged,
-                owner: self.owner,
-                witness: upto_bindings::x402UptoPermit2Proxy::Witness {
+                };
+                let witness = upto_bindings::x402UptoPermit2Proxy::Witness {
                     to: self.to,
                     facilitator,
                     validAfter: self.valid_after,
-                },
-                signature,
+                };
+                match token_permit {
+                    None => X402UptoPermit2Proxy::settleCall {
+                        permit,
+                        amount: charged,
+                        owner,
+                        witness,
+                        signature,
+                    }
+                    .abi_encode(),
+                    Some(token_permit) => X402UptoPermit2Proxy::settleWithPermitCall {
+                        permit2612: token_permit.upto(),
+                        permit,
+                        amount: charged,
+                        owner,
+                        witness,
+                        signature,
+                    }
+                    .abi_encode(),
+                }
+                .into()
             }
-            .abi_encode()
-            .into(),
         }
     }
 
@@ -269,20 +358,22 @@ impl ProxyPermit {
             deadline,
             valid_after,
             facilitator,
+            token_permit: None,
         };
         // `settle`, or `settleWithPermit` (an EIP-2612 permit first, which anyone may send with a
         // permit that fails: the payment is made all the same).
         if to == X402_EXACT_PROXY {
             use X402ExactPermit2Proxy::{settleCall, settleWithPermitCall};
-            let (p, owner, w) = match settleCall::abi_decode(calldata) {
-                Ok(c) => (c.permit, c.owner, c.witness),
+            let (p, owner, w, token_permit) = match settleCall::abi_decode(calldata) {
+                Ok(c) => (c.permit, c.owner, c.witness, None),
                 Err(_) => {
                     let c = settleWithPermitCall::abi_decode(calldata).ok()?;
-                    (c.permit, c.owner, c.witness)
+                    let token_permit = TokenPermit::of_exact(&c.permit2612);
+                    (c.permit, c.owner, c.witness, Some(token_permit))
                 }
             };
             let amount = p.permitted.amount;
-            let permit = permit(
+            let mut permit = permit(
                 p.permitted.token,
                 amount,
                 p.nonce,
@@ -292,18 +383,20 @@ impl ProxyPermit {
                 w.validAfter,
                 None,
             );
+            permit.token_permit = token_permit;
             Some((permit, amount))
         } else if to == X402_UPTO_PROXY {
             use X402UptoPermit2Proxy::{settleCall, settleWithPermitCall};
-            let (p, charged, owner, w) = match settleCall::abi_decode(calldata) {
-                Ok(c) => (c.permit, c.amount, c.owner, c.witness),
+            let (p, charged, owner, w, token_permit) = match settleCall::abi_decode(calldata) {
+                Ok(c) => (c.permit, c.amount, c.owner, c.witness, None),
                 Err(_) => {
                     let c = settleWithPermitCall::abi_decode(calldata).ok()?;
-                    (c.permit, c.amount, c.owner, c.witness)
+                    let token_permit = TokenPermit::of_upto(&c.permit2612);
+                    (c.permit, c.amount, c.owner, c.witness, Some(token_permit))
                 }
             };
             let facilitator = Some(w.facilitator);
-            let permit = permit(
+            let mut permit = permit(
                 p.permitted.token,
                 p.permitted.amount,
                 p.nonce,
@@ -313,6 +406,7 @@ impl ProxyPermit {
                 w.validAfter,
                 facilitator,
             );
+            permit.token_permit = token_permit;
             Some((permit, charged))
         } else {
             None
@@ -592,6 +686,8 @@ pub async fn place(rpc_url: &url::Url) -> anyhow::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use alloy::sol_types::SolCall;
+
     use super::*;
 
     /// Permit2's domain on chain 1 is the one mainnet's Permit2 answers.
@@ -601,6 +697,47 @@ mod tests {
             permit2_domain_separator(1),
             b256!("0x866a5aba21966af95d6c7ab78eb2b2fc913915c28be3b9aa07cc04ff903e3f28")
         );
+    }
+
+    /// What the relayer sends is what the watch reads back: with the token's permit, the proxy's
+    /// `settleWithPermit`, for either scheme.
+    #[test]
+    fn a_settle_with_the_tokens_permit_reads_back_as_sent() {
+        let token_permit = TokenPermit {
+            value: U256::from(10_000),
+            deadline: U256::from(2_000_000_000u64),
+            signature: [7; 65],
+        };
+        for facilitator in [None, Some(Address::repeat_byte(9))] {
+            let permit = ProxyPermit {
+                chain_id: 31337,
+                token: Address::repeat_byte(1),
+                amount: U256::from(10_000),
+                owner: Address::repeat_byte(2),
+                to: Address::repeat_byte(3),
+                nonce: U256::from(42),
+                deadline: U256::from(2_000_000_000u64),
+                valid_after: U256::ZERO,
+                facilitator,
+                token_permit: Some(token_permit.clone()),
+            };
+            let charged = U256::from(2_500);
+            let calldata = permit.settle_calldata(charged, Bytes::from(vec![1; 65]));
+            let selector = match facilitator {
+                None => X402ExactPermit2Proxy::settleWithPermitCall::SELECTOR,
+                Some(_) => X402UptoPermit2Proxy::settleWithPermitCall::SELECTOR,
+            };
+            assert_eq!(calldata[..4], selector);
+            let (read, read_charge) =
+                ProxyPermit::of_settle_calldata(31337, permit.spender(), &calldata).unwrap();
+            assert_eq!(read, permit);
+            let whole = if facilitator.is_some() {
+                charged
+            } else {
+                permit.amount
+            };
+            assert_eq!(read_charge, whole);
+        }
     }
 
     #[test]

@@ -37,11 +37,9 @@ pub enum TokenSupport {
     NotSupported(String),
 }
 
-/// Reads a token's EIP-712 domain and accepts it only if it reproduces the token's own
-/// `DOMAIN_SEPARATOR()` for this chain and address: from EIP-5267 `eip712Domain()` when the token
-/// has it, else from `name()` and `version()` (Circle's FiatToken, USDC and EURC, has no
-/// EIP-5267). Then checks that it answers EIP-3009's `authorizationState`. A refusal says which
-/// check failed (`docs/settlement.md`, "The token's domain").
+/// Reads a token's EIP-712 domain ([`domain_of`]), then checks that it answers EIP-3009's
+/// `authorizationState`. A refusal says which check failed (`docs/settlement.md`, "The token's
+/// domain").
 pub async fn inspect(
     node: &Node,
     chain_id: u64,
@@ -55,6 +53,43 @@ pub async fn inspect(
     }
     let token = Eip712Token::new(address, node);
     let unsupported = |what: &str| Ok(TokenSupport::NotSupported(format!("{address} {what}")));
+    // A revert is an answer (the token lacks the function); a node that does not answer is not.
+    let reverted = |e: alloy::contract::Error| match ChainError::from(e) {
+        ChainError::Unreachable(why) => Err(ChainError::Unreachable(why)),
+        _ => Ok(()),
+    };
+    let (name, version) = match domain_of(node, chain_id, address).await? {
+        Ok(domain) => domain,
+        Err(what) => return unsupported(&what),
+    };
+    if let Err(e) = token
+        .authorizationState(Address::ZERO, B256::ZERO)
+        .call()
+        .await
+    {
+        reverted(e)?;
+        return unsupported("does not implement EIP-3009 (authorizationState)");
+    }
+    let units = read_units(&token).await?;
+    Ok(TokenSupport::Eip3009 {
+        name,
+        version,
+        contract_signatures: has_bytes_form(node, address).await?,
+        units,
+    })
+}
+
+/// A token's EIP-712 name and version, accepted only if they reproduce the token's own
+/// `DOMAIN_SEPARATOR()` for this chain and address: from EIP-5267 `eip712Domain()` when the token
+/// has it, else from `name()` and `version()` (Circle's FiatToken, USDC and EURC, has no EIP-5267).
+/// `Ok(Err(what))` says which check failed.
+pub async fn domain_of(
+    node: &Node,
+    chain_id: u64,
+    address: Address,
+) -> Result<Result<(String, String), String>, ChainError> {
+    let token = Eip712Token::new(address, node);
+    let unsupported = |what: &str| Ok(Err(what.to_owned()));
     // A revert is an answer (the token lacks the function); a node that does not answer is not.
     let reverted = |e: alloy::contract::Error| match ChainError::from(e) {
         ChainError::Unreachable(why) => Err(ChainError::Unreachable(why)),
@@ -101,21 +136,7 @@ pub async fn inspect(
             "has a DOMAIN_SEPARATOR() that its {source} (name {name:?}, version {version:?}) do not reproduce for chain {chain_id} and this address"
         ));
     }
-    if let Err(e) = token
-        .authorizationState(Address::ZERO, B256::ZERO)
-        .call()
-        .await
-    {
-        reverted(e)?;
-        return unsupported("does not implement EIP-3009 (authorizationState)");
-    }
-    let units = read_units(&token).await?;
-    Ok(TokenSupport::Eip3009 {
-        name,
-        version,
-        contract_signatures: has_bytes_form(node, address).await?,
-        units,
-    })
+    Ok(Ok((name, version)))
 }
 
 /// What any ERC-20 says of its units, EIP-3009 or not; `None` if there is no contract at

@@ -61,6 +61,11 @@ pub struct PayRequest {
     /// `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2).
     #[schema(pattern = "^0x[0-9a-fA-F]{130}$")]
     pub signature: String,
+    /// A payment by Permit2 only: the payer's signature of the document's `token_permit` (the
+    /// token's EIP-2612 permit for Permit2), submitted with the payment instead of an approval.
+    #[serde(default)]
+    #[schema(pattern = "^0x[0-9a-fA-F]{130}$")]
+    pub token_permit_signature: Option<String>,
 }
 
 impl PayRequest {
@@ -108,10 +113,19 @@ pub async fn confirm(
     let terms = payment.terms(&intent);
     let signed = match payment.method {
         PaymentMethod::Permit2 => {
-            let permit = permit2::permit(chains, &terms)?;
+            let mut permit = permit2::permit(chains, &terms)?;
+            if let Some(raw) = &request.token_permit_signature {
+                permit.token_permit = Some(permit2::token_permit(&permit, raw)?);
+            }
             let signature =
                 permit2::signed(chains, terms.chain, &permit, &request.signature).await?;
             Signed::Permit2(permit, signature)
+        }
+        _ if request.token_permit_signature.is_some() => {
+            return Err(ApiError::InvalidRequest(format!(
+                "token_permit_signature: intent {} is not paid by Permit2, so it takes no token permit",
+                intent.id
+            )));
         }
         _ => {
             let (authorization, token) = authorization_for(tx, chains, &terms).await?;

@@ -15,8 +15,15 @@ use crate::{
     intents::payment::KIND,
     rails::{
         Chains,
-        eip3009::{Approval, ApprovalTransaction, AuthorizationDocument, Terms, dedupe_key},
-        evm::permit2::{self, PERMIT2, ProxyPermit, Shortfall, X402_EXACT_PROXY},
+        eip3009::{
+            Approval, ApprovalTransaction, AuthorizationDocument, Terms, TokenPermitDocument,
+            dedupe_key,
+        },
+        evm::{
+            authorization::PayerSignature,
+            eip2612,
+            permit2::{self, PERMIT2, ProxyPermit, Shortfall, TokenPermit, X402_EXACT_PROXY},
+        },
         outbox::{self, NewSubmission},
         rpc::ChainError,
     },
@@ -48,12 +55,14 @@ pub fn permit(chains: &Chains, terms: &Terms<'_>) -> Result<ProxyPermit, ApiErro
         deadline: U256::from(terms.valid_before.saturating_sub(1)),
         valid_after: U256::ZERO,
         facilitator: None,
+        token_permit: None,
     })
 }
 
-/// What the payer signs: the permit as `eth_signTypedData_v4` takes it, and its digest; and the
-/// approval of Permit2 to send first while the token does not let Permit2 move the amount (one
-/// `eth_call` of the token, so a payer's wallet needs no ABI of its own).
+/// What the payer signs: the permit as `eth_signTypedData_v4` takes it, and its digest; and while
+/// the token does not let Permit2 move the amount, the approval of Permit2 to send first (encoded
+/// here, so a payer's wallet needs no ABI of its own) and, where the token has EIP-2612, the
+/// token's permit to sign instead.
 pub async fn document(
     chains: &Chains,
     chain: &str,
@@ -62,14 +71,34 @@ pub async fn document(
     let (_, node) = chains
         .get(chain)
         .ok_or_else(|| ApiError::internal("the caller checked the chain"))?;
+    let unavailable = |e: ChainError| {
+        ApiError::ChainUnavailable(format!(
+            "whether the payer {} has approved Permit2 for token {} needs {chain}, which did not answer ({e}); retry later",
+            permit.owner, permit.token
+        ))
+    };
     let (_, allowance) = permit2::owner_funds(node, permit.token, permit.owner)
         .await
-        .map_err(|e| {
-            ApiError::ChainUnavailable(format!(
-                "whether the payer {} has approved Permit2 for token {} needs {chain}, which did not answer ({e}); retry later",
-                permit.owner, permit.token
-            ))
-        })?;
+        .map_err(unavailable)?;
+    let token_permit = if allowance < permit.amount {
+        let terms = eip2612::terms(
+            node,
+            permit.chain_id,
+            permit.token,
+            permit.owner,
+            PERMIT2,
+            permit.amount,
+            permit.deadline,
+        )
+        .await
+        .map_err(unavailable)?;
+        terms.map(|terms| TokenPermitDocument {
+            typed_data: terms.typed_data(),
+            digest: terms.digest().to_string(),
+        })
+    } else {
+        None
+    };
     let approval = (allowance < permit.amount).then(|| {
         // Tether's `approve` refuses to change an allowance that is not zero.
         let steps = if allowance.is_zero() {
@@ -95,12 +124,27 @@ pub async fn document(
         typed_data: permit.typed_data(),
         digest: permit.digest().to_string(),
         approval,
+        token_permit,
+    })
+}
+
+/// The payer's EIP-2612 permit for Permit2 (`token_permit_signature` of a confirm), signed over
+/// the document's terms: the payment's amount, until its deadline. Whether the token takes it is
+/// the token's to say, when [`signed`] simulates the settle that submits it.
+pub fn token_permit(permit: &ProxyPermit, raw: &str) -> Result<TokenPermit, ApiError> {
+    let signature = PayerSignature::parse(raw)
+        .map_err(|why| ApiError::InvalidRequest(format!("token_permit_signature: {why}")))?;
+    Ok(TokenPermit {
+        value: permit.amount,
+        deadline: permit.deadline,
+        signature: signature.to_bytes(),
     })
 }
 
 /// The payer's signature of `permit`, as the proxy will pass it to Permit2, once the chain says
-/// it would pay: 400 for a signature that is not the payer's, 422 `permit2_allowance_required`
-/// while the payer has not approved Permit2 for the amount. A short balance is not refused: the
+/// it would pay (with the payer's token permit, if it carries one): 400 for a signature that is
+/// not the payer's, or a token permit the token refuses, 422 `permit2_allowance_required` while
+/// the payer has not approved Permit2 for the amount. A short balance is not refused: the
 /// payment waits for it, as an EIP-3009 one does (`pending_reason: insufficient_balance`).
 pub async fn signed(
     chains: &Chains,
@@ -139,6 +183,13 @@ pub async fn signed(
         .map_err(unavailable)?
     {
         None | Some(Shortfall::Balance(_)) => Ok(signature),
+        // The proxy goes on when the token refuses a permit: then the allowance is short.
+        Some(Shortfall::Allowance(allowance)) if permit.token_permit.is_some() => {
+            Err(ApiError::InvalidRequest(format!(
+                "token_permit_signature: token {} does not take it as the payer's permit for Permit2 to move {} (its allowance stays {allowance}); sign the document's token_permit again",
+                permit.token, permit.amount
+            )))
+        }
         Some(Shortfall::Allowance(allowance)) => Err(ApiError::Permit2AllowanceRequired(format!(
             "the payer {} lets Permit2 move {allowance} of token {}, the payment is {}: it approves Permit2 ({PERMIT2}) for the token, then confirms again",
             permit.owner, permit.token, permit.amount

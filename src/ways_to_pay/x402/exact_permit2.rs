@@ -11,8 +11,11 @@ use alloy::{
 };
 use serde::Deserialize;
 
-use super::exact_evm::{
-    LAST_VALID_BEFORE, Request, VerifyResponse, chain_time, required_chain, unavailable,
+use super::{
+    eip2612_gas_sponsoring,
+    exact_evm::{
+        LAST_VALID_BEFORE, Request, VerifyResponse, chain_time, required_chain, unavailable,
+    },
 };
 use crate::{
     error::ApiError,
@@ -213,7 +216,7 @@ pub async fn check(
             ),
         );
     }
-    let permit = ProxyPermit {
+    let mut permit = ProxyPermit {
         chain_id: endpoint.id,
         token: asset,
         amount,
@@ -223,6 +226,7 @@ pub async fn check(
         deadline,
         valid_after,
         facilitator,
+        token_permit: None,
     };
     let code = node
         .get_code_at(asset)
@@ -239,6 +243,14 @@ pub async fn check(
         Ok(Err(why)) => return invalid("invalid_permit2_signature", why),
         Err(e) => return Err(unavailable(&chain, e)),
     };
+    // A permit of the token for Permit2, when the payer sent one: checked after the payment's own
+    // signature, as the reference checks it, then submitted with the settle.
+    if let Some(sponsored) = eip2612_gas_sponsoring::of(request) {
+        match sponsored.check(a.from, asset, now) {
+            Ok(token_permit) => permit.token_permit = Some(token_permit),
+            Err((reason, why)) => return invalid(reason, why),
+        }
+    }
     // An `eth_call` to an address without code succeeds: the proxy must be there for the
     // simulation below to say anything.
     let code = node

@@ -7,11 +7,14 @@
 //! - `exact_evm`: the `exact` scheme's payload and its verification, with the reference
 //!   facilitator's reasons
 //! - `exact_permit2`: the same scheme by Permit2, for tokens without EIP-3009
+//! - `eip2612_gas_sponsoring`: x402's extension of a Permit2 payment by the token's EIP-2612
+//!   permit for Permit2, submitted with the settle
 //! - `settle`: one payment, one success: store, submit, wait, claim the success
 //! - `payment_identifier`: x402's `payment-identifier` extension, the settle's idempotency key
 //! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
 //!   payment by its key
 
+pub mod eip2612_gas_sponsoring;
 pub mod exact_evm;
 pub mod exact_permit2;
 pub mod payment_identifier;

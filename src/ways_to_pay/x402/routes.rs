@@ -16,6 +16,7 @@ use axum::{
 use serde::{Deserialize, Serialize};
 
 use super::{
+    eip2612_gas_sponsoring,
     exact_evm::{self, Request, VerifyResponse},
     payment_identifier, settle,
 };
@@ -111,7 +112,10 @@ pub async fn supported(State(chains): State<Chains>) -> Result<Json<SupportedRes
     }
     Ok(Json(SupportedResponse {
         kinds,
-        extensions: vec![payment_identifier::EXTENSION.to_owned()],
+        extensions: vec![
+            eip2612_gas_sponsoring::EXTENSION.to_owned(),
+            payment_identifier::EXTENSION.to_owned(),
+        ],
         signers: BTreeMap::from([("eip155:*".to_owned(), relayers)]),
     }))
 }

@@ -24,6 +24,7 @@ use time::OffsetDateTime;
 use tokio::time::Instant;
 
 use super::{
+    eip2612_gas_sponsoring,
     exact_evm::{self, Checked, Eip3009Payload, Request},
     exact_permit2::{self, CheckedPermit, Permit2Payload},
 };
@@ -218,7 +219,7 @@ pub async fn settle(
             }
         }
     }
-    let fingerprint = signed.fingerprint(asset, &network, &request.payment_requirements.amount);
+    let fingerprint = signed.fingerprint(asset, &request);
     let success_key = phases.key().map(|k| format!("{}/{k}", merchant.as_str()));
 
     let held = if phases.recovery_point() == Some(STORED) {
@@ -338,8 +339,10 @@ impl Signed {
     }
 
     /// What the payment says, hashed: the same nonce with another payload is another payment.
-    /// `required` is the requirements' amount: for `upto`, what the settle charges.
-    fn fingerprint(&self, asset: Address, network: &str, required: &str) -> Vec<u8> {
+    /// The requirements' amount is part of it: for `upto`, what the settle charges.
+    fn fingerprint(&self, asset: Address, request: &Request) -> Vec<u8> {
+        let network = request.payment_requirements.network.to_string();
+        let required = &request.payment_requirements.amount;
         let canonical = match self {
             Self::Eip3009(p) => {
                 let a = &p.authorization;
@@ -357,7 +360,7 @@ impl Signed {
             }
             Self::Permit2(p) => {
                 let a = &p.permit2_authorization;
-                serde_json::json!({
+                let mut canonical = serde_json::json!({
                     "network": network,
                     "asset": asset.to_checksum(None),
                     "required": required,
@@ -373,7 +376,12 @@ impl Signed {
                         "validAfter": a.witness.valid_after,
                     },
                     "signature": p.signature.to_ascii_lowercase(),
-                })
+                });
+                // Only when sent, so a payment without it hashes as it always has.
+                if let Some(sponsored) = eip2612_gas_sponsoring::of(request) {
+                    canonical["eip2612"] = sponsored.canonical();
+                }
+                canonical
             }
         };
         Sha256::digest(canonical.to_string().as_bytes()).to_vec()

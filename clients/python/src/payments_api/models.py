@@ -119,6 +119,7 @@ class AuthorizationDocument(ApiModel):
     Its EIP-712 digest, `0x` + 64 hex digits.
     """
     approval: Optional[Approval] = None
+    token_permit: Optional[TokenPermitDocument] = None
 
 
 class Balance(ApiModel):
@@ -849,6 +850,11 @@ class PayRequest(ApiModel):
     """
     `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2).
     """
+    token_permit_signature: Optional[str] = Field(None, pattern="^0x[0-9a-fA-F]{130}$")
+    """
+    A payment by Permit2 only: the payer's signature of the document's `token_permit` (the
+    token's EIP-2612 permit for Permit2), submitted with the payment instead of an approval.
+    """
 
 
 class PaymentIntent(ApiModel):
@@ -1152,6 +1158,21 @@ class SupportedResponse(ApiModel):
     signers: dict[str, list[str]]
     """
     The addresses that submit settlements, by CAIP family (`eip155:*`): our relayer keys.
+    """
+
+
+class TokenPermitDocument(ApiModel):
+    """
+    A token's EIP-2612 permit for Permit2, to sign as the payment's document is signed.
+    """
+
+    typed_data: dict[str, Any]
+    """
+    The EIP-712 document exactly as `eth_signTypedData_v4` takes it (primary type `Permit`).
+    """
+    digest: str
+    """
+    Its EIP-712 digest, `0x` + 64 hex digits.
     """
 
 

@@ -660,6 +660,7 @@ export interface components {
             /** @description Its EIP-712 digest, `0x` + 64 hex digits. */
             digest: string;
             approval?: null | components["schemas"]["Approval"];
+            token_permit?: null | components["schemas"]["TokenPermitDocument"];
         };
         /** @description What the merchant has received on one chain in one token. */
         Balance: {
@@ -1224,6 +1225,11 @@ export interface components {
             payer?: string | null;
             /** @description `0x` + 130 hex digits: r, s, v (27/28 or 0/1), s in the lower half (EIP-2). */
             signature: string;
+            /**
+             * @description A payment by Permit2 only: the payer's signature of the document's `token_permit` (the
+             *     token's EIP-2612 permit for Permit2), submitted with the payment instead of an approval.
+             */
+            token_permit_signature?: string | null;
         };
         /** @description A payment intent as the API shows it; field order is the response's key order. */
         PaymentIntent: {
@@ -1484,6 +1490,13 @@ export interface components {
             signers: {
                 [key: string]: string[];
             };
+        };
+        /** @description A token's EIP-2612 permit for Permit2, to sign as the payment's document is signed. */
+        TokenPermitDocument: {
+            /** @description The EIP-712 document exactly as `eth_signTypedData_v4` takes it (primary type `Permit`). */
+            typed_data: Record<string, never>;
+            /** @description Its EIP-712 digest, `0x` + 64 hex digits. */
+            digest: string;
         };
         /** @description What to change; a field left out keeps its value. Unknown fields are rejected. */
         UpdateMerchant: {
