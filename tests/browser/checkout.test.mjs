@@ -496,7 +496,13 @@ test("a refunded payment says what was refunded, not just Paid", async () => {
 /// A token like Tether's (no EIP-3009, its `transfer` returns nothing), the payer holding some;
 /// deployed by cast.
 function usdtLike() {
-  const { bytecode } = JSON.parse(readFileSync(path.join(root, "contracts/build/NoReturnToken.json"), "utf8"));
+  return deployToken("NoReturnToken");
+}
+
+/// A test token of `contracts/build/<name>.json` whose constructor takes its holders and what each
+/// holds, the payer holding some; deployed by cast.
+function deployToken(name) {
+  const { bytecode } = JSON.parse(readFileSync(path.join(root, `contracts/build/${name}.json`), "utf8"));
   const sent = execFileSync(path.join(tools, "cast"), [
     "send", "--json", "--rpc-url", chain.url, "--private-key", PAYER_KEY,
     "--create", bytecode, "constructor(address[],uint256)", `[${PAYER}]`, "1000000000000",
@@ -534,5 +540,37 @@ test("a token without EIP-3009 is paid by Permit2: the page says why it asks for
   assert.equal(body.state, "succeeded");
   assert.equal(body.payment_method, "permit2");
   assert.equal(body.payer, PAYER);
+  await context.close();
+});
+
+test("a token with EIP-2612 is paid by Permit2 without a transaction: the page asks for a signed permit, says why, then the payment's signature, and pays once", async () => {
+  const token = deployToken("PermitToken");
+  const created = await merchant("POST", "/v1/payment_intents", {
+    chain: "evm:31337", token, merchant: MERCHANT, amount: "2500000", payment_method: "permit2",
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const intent = created.body;
+  const before = balanceOf(token, MERCHANT);
+  const { page, wallet, context } = await walletPage();
+  let release;
+  wallet.holdSignatures = new Promise((resolve) => { release = resolve; });
+  await payThrough(page, intent);
+  await until("the permit explained", async () => /sign a permit/.test(await status(page).textContent()));
+  assert.match(await status(page).textContent(), /PUSD/);
+  await accessible(page, "the token's permit for Permit2 (en)");
+  await shot(page, "permit2-token-permit");
+  release();
+  await until("succeeded", async () => /Paid\. Transaction 0x[0-9a-f]{64}/.test(await status(page).textContent()));
+  // Two signatures, the token's permit first, and no transaction from the payer's wallet.
+  assert.deepEqual(wallet.signed.map((typed) => typed.primaryType), ["Permit", "PermitWitnessTransferFrom"]);
+  assert.equal(wallet.sent.length, 0, JSON.stringify(wallet.sent));
+  const allowance = execFileSync(path.join(tools, "cast"), [
+    "call", "--rpc-url", chain.url, token, "allowance(address,address)(uint256)", PAYER,
+    "0x000000000022D473030F116dDEE9F6B43aC78BA3",
+  ]).toString().trim();
+  assert.equal(allowance, "0", "Permit2 moved exactly what the permit let it move");
+  assert.equal(balanceOf(token, MERCHANT) - before, 2500000n);
+  const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
+  assert.deepEqual([body.state, body.payment_method, body.payer], ["succeeded", "permit2", PAYER]);
   await context.close();
 });

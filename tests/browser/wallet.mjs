@@ -25,10 +25,11 @@ function injectedWallet() {
 /// Gives every page of `context` a wallet of `account` on `chainId` (hex) that switches chains
 /// when asked and signs and sends through `rpc` on chain 31337 only (anvil's dev accounts are
 /// unlocked); `reject` declines every signature (EIP-1193 4001). The wallet's state, with the
-/// chains it was switched to and the transactions it sent; while `holdSends` is a promise, a
-/// send waits for it (as a payer reading the wallet's prompt does).
+/// chains it was switched to, the transactions it sent and the typed data it signed; while
+/// `holdSends` (`holdSignatures`) is a promise, a send (a signature) waits for it, as a payer
+/// reading the wallet's prompt does.
 export async function withWallet(context, rpc, { account, chainId = "0x1", reject = false }) {
-  const wallet = { account, chainId, reject, switched: [], sent: [], holdSends: null };
+  const wallet = { account, chainId, reject, switched: [], sent: [], signed: [], holdSends: null, holdSignatures: null };
   await context.exposeBinding("__wallet", async (_source, method, params) => {
     switch (method) {
       case "eth_requestAccounts":
@@ -43,6 +44,8 @@ export async function withWallet(context, rpc, { account, chainId = "0x1", rejec
       case "eth_signTypedData_v4":
         if (wallet.reject) return { error: { code: 4001, message: "User rejected the request." } };
         if (wallet.chainId !== "0x7a69") return { error: { code: 4901, message: "wrong chain" } };
+        await wallet.holdSignatures;
+        wallet.signed.push(JSON.parse(params[1]));
         try {
           return { result: await rpc("eth_signTypedData_v4", [params[0], params[1]]) };
         } catch (e) {

@@ -60,6 +60,7 @@ const STRINGS = {
     approving: "{token} has no signed transfers, so it is paid through Permit2, Uniswap's contract for paying by signature. Approve it in your wallet to move {amount}; then you sign the payment.",
     approval_mining: "Waiting for your approval to be confirmed on chain…",
     approval_failed: "the approval transaction failed on chain",
+    permitting: "{token} has no signed transfers, so it is paid through Permit2, Uniswap's contract for paying by signature. First sign a permit letting it move {amount}: a signature, not a transaction, so no fee. Then you sign the payment.",
     reasons: {
       authorization_expired: "the authorization expired",
       nonce_used_otherwise: "the authorization was used for another transfer",
@@ -120,6 +121,7 @@ const STRINGS = {
     approving: "{token} 不支援簽署轉帳，因此透過 Permit2（Uniswap 的簽署付款合約）付款。請先在錢包中核准它動用 {amount}，接著再簽署付款。",
     approval_mining: "等待您的核准在鏈上確認…",
     approval_failed: "核准交易在鏈上失敗",
+    permitting: "{token} 不支援簽署轉帳，因此透過 Permit2（Uniswap 的簽署付款合約）付款。請先簽署許可，讓它動用 {amount}：這是簽章而非交易，不需手續費。接著再簽署付款。",
     reasons: {
       authorization_expired: "授權已過期",
       nonce_used_otherwise: "授權已被用於另一筆轉帳",
@@ -535,13 +537,15 @@ async function payOnce() {
   render();
   let signature;
   let chosen;
+  let tokenPermit;
   try {
     await onChain();
     chosen = choosing();
     const answer = await api(`/authorization?${new URLSearchParams(chosen)}`);
     if (!answer.ok) throw Object.assign(new Error("authorization"), { answer: await answer.json() });
-    const { typed_data, approval } = await answer.json();
-    if (approval) await approve(approval);
+    const { typed_data, approval, token_permit } = await answer.json();
+    if (token_permit) tokenPermit = await permitToken(token_permit);
+    else if (approval) await approve(approval);
     signature = await wallet.request({
       method: "eth_signTypedData_v4",
       params: [account, JSON.stringify(typed_data)],
@@ -561,7 +565,22 @@ async function payOnce() {
   }
   statusOverride = ["sending", {}];
   render();
-  await confirm(signature, chosen);
+  await confirm(signature, chosen, tokenPermit);
+}
+
+// Where the token has EIP-2612, Permit2 is let move the amount by a signed permit instead of an
+// approval transaction: the payer signs it, and the payment submits it (no gas for the payer).
+async function permitToken(tokenPermit) {
+  const amount = units(tokenPermit.typed_data.message.value);
+  statusOverride = ["permitting", { token: paying().symbol ?? paying().token, amount }];
+  render();
+  const signed = await wallet.request({
+    method: "eth_signTypedData_v4",
+    params: [account, JSON.stringify(tokenPermit.typed_data)],
+  });
+  statusOverride = ["paying", {}];
+  render();
+  return signed;
 }
 
 // A token without signed transfers is paid through Permit2, which the token must first let move
@@ -604,7 +623,7 @@ function choosing() {
 
 // POSTs the signature, retried with the same Idempotency-Key (one per signature) until the server
 // gives a final answer: a timeout, a lost connection or a 503 says nothing about the outcome.
-async function confirm(signature, chosen) {
+async function confirm(signature, chosen, tokenPermit) {
   const key = `checkout-${signature.slice(2, 42)}`;
   for (let attempt = 0; attempt < 30; attempt++) {
     let answer = null;
@@ -614,7 +633,7 @@ async function confirm(signature, chosen) {
       answer = await api("/confirm", {
         method: "POST",
         headers: { "Content-Type": "application/json", "Idempotency-Key": key },
-        body: JSON.stringify({ ...chosen, signature }),
+        body: JSON.stringify({ ...chosen, signature, ...(tokenPermit && { token_permit_signature: tokenPermit }) }),
         signal: abort.signal,
       });
     } catch {
