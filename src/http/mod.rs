@@ -87,7 +87,7 @@ pub fn router(settings: &Settings, shared: Shared) -> Router {
         max_body_bytes: settings.max_body_bytes,
         request_timeout: settings.request_timeout,
     };
-    let ways_to_pay = ways_to_pay::routes(&idempotency);
+    let ways_to_pay = ways_to_pay::routes(&idempotency, &chains);
     let api = intents::router()
         .merge(ways_to_pay.api)
         .merge(merchants::router())

@@ -92,13 +92,13 @@ pub trait WayToPay {
         Vec::new()
     }
 
-    fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
+    fn routes<S>(idempotency: &IdempotencyState, chains: &Chains) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,
         Chains: FromRef<S>,
     {
-        let _ = idempotency;
+        let _ = (idempotency, chains);
         Routes::api(Router::new())
     }
 }
@@ -128,13 +128,13 @@ impl<A: WayToPay, B: WayToPay> WayToPay for (A, B) {
         kinds
     }
 
-    fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
+    fn routes<S>(idempotency: &IdempotencyState, chains: &Chains) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,
         Chains: FromRef<S>,
     {
-        A::routes(idempotency).merge(B::routes(idempotency))
+        A::routes(idempotency, chains).merge(B::routes(idempotency, chains))
     }
 }
 
@@ -158,13 +158,13 @@ pub fn expiry_holds() -> ExpiryHolds {
 }
 
 /// Every way to pay's routes.
-pub fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
+pub fn routes<S>(idempotency: &IdempotencyState, chains: &Chains) -> Routes<S>
 where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
     Chains: FromRef<S>,
 {
-    Registered::routes(idempotency)
+    Registered::routes(idempotency, chains)
 }
 
 #[cfg(test)]

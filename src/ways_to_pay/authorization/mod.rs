@@ -60,7 +60,7 @@ impl WayToPay for Authorization {
         vec![ledger::Kind::Payment]
     }
 
-    fn routes<S>(_: &IdempotencyState) -> Routes<S>
+    fn routes<S>(_: &IdempotencyState, _: &Chains) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,

@@ -49,7 +49,7 @@ impl WayToPay for Refunds {
         vec![ledger::Kind::Refund]
     }
 
-    fn routes<S>(_: &IdempotencyState) -> Routes<S>
+    fn routes<S>(_: &IdempotencyState, _: &Chains) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,

@@ -14,6 +14,7 @@ use x402_types::proto::v2;
 
 use crate::{
     config::ChainEndpoint,
+    db::Pool,
     error::ApiError,
     rails::{
         Chains, eip3009,
@@ -139,7 +140,7 @@ pub struct Checked {
 /// Whether a payment would be accepted now, with the reference's answer when not (`docs/x402.md`,
 /// "Verify"). Read-only.
 pub async fn verify(
-    conn: &mut PgConnection,
+    pool: &Pool,
     chains: &Chains,
     request: &Request,
 ) -> Result<VerifyResponse, ApiError> {
@@ -149,7 +150,7 @@ pub async fn verify(
             Err(invalid) => invalid,
         });
     }
-    Ok(match check(conn, chains, request).await? {
+    Ok(match check(pool, chains, request).await? {
         Ok(checked) => VerifyResponse::valid(checked.authorization.from),
         Err(invalid) => invalid,
     })
@@ -162,9 +163,10 @@ pub fn eip3009_payload(request: &Request) -> Option<Eip3009Payload> {
 
 /// A payment checked as the reference facilitator checks it, and what it is: the authorization
 /// (under the domain the requirements name) and its signer's proof, or the reference's answer of
-/// why not. Read-only: it writes nothing but what the token's first reading stores.
+/// why not. Read-only: it writes nothing but what the token's first reading stores. It holds a
+/// connection of `pool` only while it reads the token: the chain's answers can take long.
 pub async fn check(
-    conn: &mut PgConnection,
+    pool: &Pool,
     chains: &Chains,
     request: &Request,
 ) -> Result<Result<Checked, VerifyResponse>, ApiError> {
@@ -258,7 +260,10 @@ pub async fn check(
         valid_before: u64::try_from(valid_before).unwrap_or(u64::MAX),
         nonce: a.nonce,
     };
-    let support = match tokens::resolve(conn, endpoint, node, asset).await {
+    let mut conn = pool.acquire().await?;
+    let support = tokens::resolve(&mut conn, endpoint, node, asset).await;
+    drop(conn);
+    let support = match support {
         Ok(support) => support,
         Err(tokens::ResolveError::Database(e)) => return Err(e.into()),
         Err(tokens::ResolveError::Chain(e)) => return Err(unavailable(&chain, e)),
@@ -325,7 +330,7 @@ pub async fn check(
     let (used, balance) = token::authorizer_state(node, asset, a.from, a.nonce)
         .await
         .map_err(|e| unavailable(&chain, e))?;
-    if used || held_already(conn, &chain, asset, a.from, a.nonce).await? {
+    if used || held_already(&mut *pool.acquire().await?, &chain, asset, a.from, a.nonce).await? {
         return invalid(
             "invalid_exact_evm_nonce_already_used",
             "this authorization's nonce is used, canceled, or already held here for settlement"

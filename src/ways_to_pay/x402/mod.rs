@@ -36,7 +36,7 @@ impl WayToPay for X402 {
     fn watch(_: &SettlementSettings) -> Self::Watch {}
 
     /// Under `/x402`, with idempotency on settle only and no turn (`docs/x402.md`).
-    fn routes<S>(idempotency: &IdempotencyState) -> Routes<S>
+    fn routes<S>(idempotency: &IdempotencyState, chains: &Chains) -> Routes<S>
     where
         S: Clone + Send + Sync + 'static,
         Pool: FromRef<S>,
@@ -44,7 +44,7 @@ impl WayToPay for X402 {
     {
         Routes {
             api: axum::Router::new(),
-            own: routes::router(idempotency.clone()),
+            own: routes::router(idempotency.clone(), chains.clone()),
         }
     }
 }

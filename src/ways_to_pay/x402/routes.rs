@@ -31,8 +31,9 @@ use crate::{
 };
 
 /// `idempotency`: the layer's state for settle, whose key is optional whatever
-/// `IDEMPOTENCY_KEY_REQUIRED` says.
-pub fn router<S>(mut idempotency: IdempotencyState) -> Router<S>
+/// `IDEMPOTENCY_KEY_REQUIRED` says. A settle's payment is checked on `chains` before that layer
+/// takes a connection (`settle::check_first`).
+pub fn router<S>(mut idempotency: IdempotencyState, chains: Chains) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
     Pool: FromRef<S>,
@@ -40,8 +41,15 @@ where
 {
     idempotency.settings.key_required = false;
     idempotency.key_in_body = Some(payment_identifier::key_in_body);
+    let checks = settle::CheckFirst {
+        pool: idempotency.pool.clone(),
+        chains,
+        max_body_bytes: idempotency.max_body_bytes,
+        request_timeout: idempotency.request_timeout,
+    };
     let settle = post(settle::settle)
         .layer(from_fn_with_state(idempotency, idempotency_layer))
+        .layer(from_fn_with_state(checks, settle::check_first))
         .layer(axum::middleware::from_fn(payment_identifier::refuse_reuse));
     Router::new()
         .route("/x402/supported", get(supported))
@@ -138,8 +146,7 @@ pub async fn verify(
     State(chains): State<Chains>,
     JsonBody(request): JsonBody<Request>,
 ) -> Result<Json<VerifyResponse>, ApiError> {
-    let mut conn = pool.acquire().await?;
-    Ok(Json(exact_evm::verify(&mut conn, &chains, &request).await?))
+    Ok(Json(exact_evm::verify(&pool, &chains, &request).await?))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -157,11 +157,14 @@ pub struct Held {
         (status = 503, description = "`unavailable`: the database or the chain did not answer; retry", body = crate::error::ErrorBody),
     )
 )]
+// An axum handler's arguments are its extractors: each is one thing the settle needs.
+#[allow(clippy::too_many_arguments)]
 pub async fn settle(
     State(pool): State<Pool>,
     State(chains): State<Chains>,
     Extension(merchant): Extension<MerchantId>,
     Extension(Deadline(deadline)): Extension<Deadline>,
+    Extension(prechecked): Extension<Prechecked>,
     phases: Phases,
     mut tx: Tx,
     crate::extract::JsonBody(request): crate::extract::JsonBody<Request>,
@@ -199,8 +202,7 @@ pub async fn settle(
             (Ok(charge), Ok(ceiling)) if charge > ceiling || charge.is_zero() => {
                 // Checked first, as the reference checks it: a bad permit is refused for what is
                 // wrong with it whatever it is asked to charge.
-                let at_ceiling = upto_at_ceiling(&request);
-                if let Err(refused) = exact_permit2::check(&chains, &at_ceiling).await? {
+                if let Checks::Permit2(Err(refused)) = prechecked.take()? {
                     return Ok(json(answer.failure_of(refused)));
                 }
                 if charge.is_zero() {
@@ -229,7 +231,7 @@ pub async fn settle(
     } else {
         match store(
             &mut tx,
-            &chains,
+            &prechecked,
             &merchant,
             &request,
             &signed,
@@ -282,6 +284,88 @@ pub async fn settle(
 
 fn json(response: SettleResponse) -> Response {
     Json(response).into_response()
+}
+
+/// What [`check_first`] needs: where it reads the body within the same limits as the idempotency
+/// layer, the chains it asks, and the pool for the token's reading.
+#[derive(Clone)]
+pub struct CheckFirst {
+    pub pool: Pool,
+    pub chains: Chains,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+}
+
+/// Checks a settle's payment before the idempotency layer claims its key and opens the request's
+/// transaction: the checks ask the chain (its time, the token, a simulation), which takes long
+/// under load, and a connection of the request pool held meanwhile is one a burst of settles runs
+/// out of (`docs/x402.md`, "Settle"). Read-only; what they say waits in [`Prechecked`] for the
+/// payment's first store, and a replay answered from its key never reads it.
+pub async fn check_first(
+    State(state): State<CheckFirst>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let deadline = Deadline::of(&request, state.request_timeout);
+    let read = crate::extract::whole_body(
+        request,
+        state.max_body_bytes,
+        deadline,
+        state.request_timeout,
+    )
+    .await;
+    let (mut request, body) = match read {
+        Ok(read) => read,
+        Err(refused) => return refused.into_response(),
+    };
+    let prechecked = Prechecked::default();
+    // A body that is no settle is left to the handler, which says why.
+    if let Ok(settle) = serde_json::from_slice::<Request>(&body)
+        && let Some(signed) = Signed::of(&settle)
+    {
+        let checks = checks(&state.pool, &state.chains, &settle, &signed).await;
+        *prechecked.0.lock().expect("never poisoned") = Some(checks);
+    }
+    request.extensions_mut().insert(prechecked);
+    next.run(request).await
+}
+
+/// A settle's checks as [`check_first`] made them: for every body the handler reads as a payment
+/// (the same type, parsed the same way), so the handler finds them when it needs them.
+#[derive(Clone, Default)]
+pub struct Prechecked(std::sync::Arc<std::sync::Mutex<Option<Result<Checks, ApiError>>>>);
+
+impl Prechecked {
+    /// What the checks said, or why they could not be made (a chain that did not answer); once.
+    fn take(&self) -> Result<Checks, ApiError> {
+        self.0
+            .lock()
+            .expect("never poisoned")
+            .take()
+            .unwrap_or_else(|| Err(ApiError::internal("the settle's payment was not checked")))
+    }
+}
+
+/// What the checks of a payment said: what settling it submits, or the reference's refusal.
+pub enum Checks {
+    Eip3009(Result<Checked, exact_evm::VerifyResponse>),
+    /// Checked at its ceiling, for `upto` (`upto_at_ceiling`).
+    Permit2(Result<CheckedPermit, exact_evm::VerifyResponse>),
+}
+
+async fn checks(
+    pool: &Pool,
+    chains: &Chains,
+    request: &Request,
+    signed: &Signed,
+) -> Result<Checks, ApiError> {
+    Ok(match signed {
+        Signed::Eip3009(_) => Checks::Eip3009(exact_evm::check(pool, chains, request).await?),
+        Signed::Permit2(_) => {
+            let at_ceiling = upto_at_ceiling(request);
+            Checks::Permit2(exact_permit2::check(chains, &at_ceiling).await?)
+        }
+    })
 }
 
 /// A payment as the client signed it: an EIP-3009 authorization, or a Permit2 permit for x402's
@@ -522,7 +606,7 @@ pub async fn find(conn: &mut PgConnection, key: &PaymentKey) -> Result<Option<He
 /// as a `processing` intent with its submission queued, in `tx`. `Err` is the check that failed.
 async fn store(
     tx: &mut PgConnection,
-    chains: &Chains,
+    prechecked: &Prechecked,
     merchant: &MerchantId,
     request: &Request,
     signed: &Signed,
@@ -532,15 +616,11 @@ async fn store(
     if let Some(held) = find(tx, key).await? {
         return Ok(Ok(held));
     }
-    let checked = match signed {
-        Signed::Eip3009(_) => exact_evm::check(tx, chains, request)
-            .await?
-            .map(Payable::of_eip3009),
-        Signed::Permit2(_) => {
+    let checked = match prechecked.take()? {
+        Checks::Eip3009(checked) => checked.map(Payable::of_eip3009),
+        Checks::Permit2(checked) => {
             let charge = request.payment_requirements.amount.parse::<U256>().ok();
-            exact_permit2::check(chains, &upto_at_ceiling(request))
-                .await?
-                .map(|checked| Payable::of_permit2(checked, charge))
+            checked.map(|checked| Payable::of_permit2(checked, charge))
         }
     };
     let payable = match checked {
