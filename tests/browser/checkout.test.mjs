@@ -499,6 +499,14 @@ function usdtLike() {
   return deployToken("NoReturnToken");
 }
 
+/// What the payer lets Permit2 move of `token`, as cast reads it.
+function permit2Allowance(token) {
+  return execFileSync(path.join(tools, "cast"), [
+    "call", "--rpc-url", chain.url, token, "allowance(address,address)(uint256)", PAYER,
+    "0x000000000022D473030F116dDEE9F6B43aC78BA3",
+  ]).toString().trim();
+}
+
 /// A test token of `contracts/build/<name>.json` whose constructor takes its holders and what each
 /// holds, the payer holding some; deployed by cast.
 function deployToken(name) {
@@ -530,10 +538,7 @@ test("a token without EIP-3009 is paid by Permit2: the page says why it asks for
   // One approval, of Permit2 for the amount, sent by the payer's wallet to the token.
   assert.equal(wallet.sent.length, 1, JSON.stringify(wallet.sent));
   assert.equal(wallet.sent[0].to.toLowerCase(), token.toLowerCase());
-  const allowance = execFileSync(path.join(tools, "cast"), [
-    "call", "--rpc-url", chain.url, token, "allowance(address,address)(uint256)", PAYER,
-    "0x000000000022D473030F116dDEE9F6B43aC78BA3",
-  ]).toString().trim();
+  const allowance = permit2Allowance(token);
   assert.equal(allowance, "0", "Permit2 moved exactly what it was let move");
   assert.equal(balanceOf(token, MERCHANT) - before, 1500000n);
   const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);
@@ -564,10 +569,7 @@ test("a token with EIP-2612 is paid by Permit2 without a transaction: the page a
   // Two signatures, the token's permit first, and no transaction from the payer's wallet.
   assert.deepEqual(wallet.signed.map((typed) => typed.primaryType), ["Permit", "PermitWitnessTransferFrom"]);
   assert.equal(wallet.sent.length, 0, JSON.stringify(wallet.sent));
-  const allowance = execFileSync(path.join(tools, "cast"), [
-    "call", "--rpc-url", chain.url, token, "allowance(address,address)(uint256)", PAYER,
-    "0x000000000022D473030F116dDEE9F6B43aC78BA3",
-  ]).toString().trim();
+  const allowance = permit2Allowance(token);
   assert.equal(allowance, "0", "Permit2 moved exactly what the permit let it move");
   assert.equal(balanceOf(token, MERCHANT) - before, 2500000n);
   const { body } = await merchant("GET", `/v1/payment_intents/${intent.id}`);

@@ -98,7 +98,8 @@ async function burstOf(make) {
   const hashes = answers.filter((a) => a.success).map((a) => a.transaction);
   const refusals = {};
   for (const a of answers.filter((a) => !a.success)) {
-    const reason = a.errorReason ?? a.error ?? "unknown";
+    // An API error says what was unavailable in its detail's first words (the database, a chain).
+    const reason = a.errorReason ?? (a.error ? `${a.error}: ${String(a.detail ?? "").slice(0, 48)}` : "unknown");
     refusals[reason] = (refusals[reason] ?? 0) + 1;
   }
   const perBlock = new Map();

@@ -60,6 +60,7 @@ const STRINGS = {
     approving: "{token} has no signed transfers, so it is paid through Permit2, Uniswap's contract for paying by signature. Approve it in your wallet to move {amount}; then you sign the payment.",
     approval_mining: "Waiting for your approval to be confirmed on chain…",
     approval_failed: "the approval transaction failed on chain",
+    approval_slow: "the approval was not confirmed on chain within 3 minutes; pay again once your wallet shows it confirmed",
     permitting: "{token} has no signed transfers, so it is paid through Permit2, Uniswap's contract for paying by signature. First sign a permit letting it move {amount}: a signature, not a transaction, so no fee. Then you sign the payment.",
     reasons: {
       authorization_expired: "the authorization expired",
@@ -121,6 +122,7 @@ const STRINGS = {
     approving: "{token} 不支援簽署轉帳，因此透過 Permit2（Uniswap 的簽署付款合約）付款。請先在錢包中核准它動用 {amount}，接著再簽署付款。",
     approval_mining: "等待您的核准在鏈上確認…",
     approval_failed: "核准交易在鏈上失敗",
+    approval_slow: "核准交易三分鐘內未在鏈上確認；待錢包顯示已確認後再付款一次",
     permitting: "{token} 不支援簽署轉帳，因此透過 Permit2（Uniswap 的簽署付款合約）付款。請先簽署許可，讓它動用 {amount}：這是簽章而非交易，不需手續費。接著再簽署付款。",
     reasons: {
       authorization_expired: "授權已過期",
@@ -603,13 +605,16 @@ async function approve(approval) {
   render();
 }
 
-// The receipt of transaction `hash`, asked of the wallet until the chain has one.
+// The receipt of transaction `hash`, asked of the wallet until the chain has one; a payer is not
+// left waiting for ever on a transaction that is never mined (too low a fee, dropped).
 async function mined(hash) {
-  for (;;) {
+  const until = Date.now() + 180_000;
+  while (Date.now() < until) {
     const receipt = await wallet.request({ method: "eth_getTransactionReceipt", params: [hash] });
     if (receipt) return receipt;
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }
+  throw new Error(t("approval_slow"));
 }
 
 // What a payment leaves to the payer, as the authorization and the confirm take it: the order's
