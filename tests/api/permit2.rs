@@ -9,7 +9,7 @@ use payments_api::rails::evm::permit2::{
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    DEMO_TOKEN,
+    DEMO_TOKEN, TestApp,
     chain::{Anvil, PAYEE, PAYEE_KEY, PAYER, PAYER_KEY, RELAYER_KEY, app_on},
 };
 
@@ -190,6 +190,36 @@ fn usdt_like(anvil: &Anvil) -> String {
         env!("CARGO_MANIFEST_DIR"),
         "/contracts/build/NoReturnToken.json"
     )))
+}
+
+/// A Permit2 intent of 1000 of `token` to `PAYEE`, created under the Idempotency-Key `key`
+/// (naming `PAYER` as its payer, or leaving the payer to the document), and the document `PAYER`
+/// signs for it.
+async fn permit2_intent(
+    app: &TestApp,
+    token: &str,
+    key: &str,
+    names_payer: bool,
+) -> (String, Value) {
+    let mut body = json!({
+        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
+        "payment_method": "permit2", "expires_in_seconds": 900
+    });
+    if names_payer {
+        body["payer"] = PAYER.into();
+    }
+    let created = app
+        .create_intent(DEMO_TOKEN, Some(key), &body.to_string())
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let mut path = format!("/v1/payment_intents/{id}/authorization");
+    if !names_payer {
+        path.push_str(&format!("?payer={PAYER}"));
+    }
+    let document = app.get_as(DEMO_TOKEN, &path).await;
+    assert_eq!(document.status, 200, "{}", document.body);
+    (id, document.json())
 }
 
 /// `PAYER` lets Permit2 move its `token`, as a wallet's approval does.
@@ -631,19 +661,7 @@ async fn an_intent_paid_by_permit2_in_a_token_with_eip2612_needs_no_approval_tra
         env!("CARGO_MANIFEST_DIR"),
         "/contracts/build/PermitToken.json"
     )));
-    let body = json!({
-        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
-        "payment_method": "permit2", "expires_in_seconds": 900
-    });
-    let created = app
-        .create_intent(DEMO_TOKEN, Some("eip2612-intent"), &body.to_string())
-        .await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    let id = created.json()["id"].as_str().unwrap().to_owned();
-    let path = format!("/v1/payment_intents/{id}/authorization?payer={PAYER}");
-    let document = app.get_as(DEMO_TOKEN, &path).await;
-    assert_eq!(document.status, 200, "{}", document.body);
-    let document = document.json();
+    let (id, document) = permit2_intent(&app, &token, "eip2612-intent", false).await;
     assert_eq!(document["approval"]["allowance"], "0", "{document}");
     let token_permit = &document["token_permit"]["typed_data"];
     assert_eq!(token_permit["primaryType"], "Permit", "{document}");
@@ -784,22 +802,7 @@ async fn a_permit2_payment_short_of_balance_waits_for_it_and_is_made_once_funded
         "transfer(address,uint256)",
         &[PAYEE, "1000000000000"],
     );
-    let body = json!({
-        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
-        "payer": PAYER, "payment_method": "permit2"
-    });
-    let created = app
-        .create_intent(DEMO_TOKEN, Some("short"), &body.to_string())
-        .await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    let id = created.json()["id"].as_str().unwrap().to_owned();
-    let document = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await
-        .json();
+    let (id, document) = permit2_intent(&app, &token, "short", true).await;
     assert_eq!(document["approval"], Value::Null, "approved: {document}");
     let signature = anvil.sign(PAYER_KEY, &document["typed_data"]);
     let confirmed = app
@@ -845,23 +848,8 @@ async fn a_short_allowance_that_is_not_zero_is_reset_before_it_is_raised() {
         "approve(address,uint256)",
         &[&permit2, "1"],
     );
-    let body = json!({
-        "chain": "evm:31337", "token": token, "amount": "1000", "merchant": PAYEE,
-        "payer": PAYER, "payment_method": "permit2"
-    });
-    let created = app
-        .create_intent(DEMO_TOKEN, Some("short-allowance"), &body.to_string())
-        .await;
-    assert_eq!(created.status, 201, "{}", created.body);
-    let id = created.json()["id"].as_str().unwrap().to_owned();
-    let document = app
-        .get_as(
-            DEMO_TOKEN,
-            &format!("/v1/payment_intents/{id}/authorization"),
-        )
-        .await;
-    assert_eq!(document.status, 200, "{}", document.body);
-    let approval = document.json()["approval"].clone();
+    let (_, document) = permit2_intent(&app, &token, "short-allowance", true).await;
+    let approval = document["approval"].clone();
     assert_eq!(approval["allowance"], "1", "{approval}");
     assert_eq!(approval["amount"], "1000");
     let approve = |amount: &str| {

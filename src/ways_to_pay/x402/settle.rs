@@ -347,7 +347,7 @@ impl Prechecked {
 }
 
 /// What the checks of a payment said: what settling it submits, or the reference's refusal.
-pub enum Checks {
+enum Checks {
     Eip3009(Result<Checked, exact_evm::VerifyResponse>),
     /// Checked at its ceiling, for `upto` (`upto_at_ceiling`).
     Permit2(Result<CheckedPermit, exact_evm::VerifyResponse>),
