@@ -278,6 +278,31 @@ const proxies = buildPlaced({
   }
 }
 
+// Coinbase Smart Wallet v1.1 and its factory (vendor/smart-wallet/README.md): the public ERC-4337
+// wallet whose undeployed accounts sign with ERC-6492, for the x402 suite's counterfactual payer.
+// Built as its foundry.toml's deploy profile: solc 0.8.23, via IR, optimizer 999999 runs; its
+// evm_version "prague" is above what 0.8.23 knows, and foundry lowers it to the compiler's
+// newest, shanghai, set here explicitly. solady from npm (see the README), OpenZeppelin 5.4.0's
+// Base64 for webauthn-sol. The factory is placed at viem's address for version 1.1 with its
+// `implementation` immutable written; the wallet is deployed from its creation code.
+buildPlaced({
+  compiler: require("solc-0.8.23"),
+  dir: "vendor/smart-wallet",
+  sources: ["src/CoinbaseSmartWalletFactory.sol"],
+  settings: { viaIR: true, optimizer: { enabled: true, runs: 999999 }, evmVersion: "shanghai" },
+  remap: [
+    ["account-abstraction/", path.join(root, "vendor/smart-wallet/lib/account-abstraction/contracts/")],
+    ["webauthn-sol/", path.join(root, "vendor/smart-wallet/lib/webauthn-sol/src/")],
+    ["FreshCryptoLib/", path.join(root, "vendor/smart-wallet/lib/FreshCryptoLib/solidity/src/")],
+    ["openzeppelin-contracts/contracts/", path.join(root, "node_modules/@openzeppelin/contracts/")],
+    ["solady/", path.join(root, "node_modules/solady/src/")],
+  ],
+  contracts: [
+    { source: "src/CoinbaseSmartWallet.sol", name: "CoinbaseSmartWallet" },
+    { source: "src/CoinbaseSmartWalletFactory.sol", name: "CoinbaseSmartWalletFactory" },
+  ],
+});
+
 if (process.argv.includes("--check")) {
   let stale = false;
   for (const { target, text, from } of artifacts) {

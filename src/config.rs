@@ -306,6 +306,12 @@ pub struct ServeArgs {
     #[arg(long, env = "DEPOSIT_UNDERPAYMENT_TOLERANCE_BPS", default_value_t = 0)]
     pub deposit_underpayment_tolerance_bps: u32,
 
+    /// The wallet factories whose undeployed wallets may pay through x402 with an ERC-6492
+    /// signature: "0x<address>[,...]", on every chain. Empty (the default): such payments are
+    /// refused (`eip6492_factory_not_allowed`).
+    #[arg(long, env = "X402_ERC6492_FACTORIES")]
+    pub x402_erc6492_factories: Option<String>,
+
     /// Connections of the background work's own pool (webhook delivery, sweepers, relayer,
     /// listener, `/readyz`), apart from the requests' `DB_MAX_CONNECTIONS`.
     #[arg(long, env = "DB_BACKGROUND_CONNECTIONS", default_value_t = 8)]
@@ -412,6 +418,9 @@ pub struct SettlementSettings {
     pub relayer_batch: u32,
     /// Basis points of its amount a deposit intent may fall short by and still succeed.
     pub underpayment_tolerance_bps: u32,
+    /// The factories whose undeployed wallets may pay with an ERC-6492 signature
+    /// (`X402_ERC6492_FACTORIES`); none by default.
+    pub erc6492_factories: Vec<alloy::primitives::Address>,
 }
 
 impl SettlementSettings {
@@ -426,6 +435,7 @@ impl SettlementSettings {
             low_balance_sends: 20,
             relayer_batch: 500,
             underpayment_tolerance_bps: 0,
+            erc6492_factories: Vec::new(),
         }
     }
 
@@ -464,6 +474,7 @@ impl std::fmt::Debug for SettlementSettings {
                 "underpayment_tolerance_bps",
                 &self.underpayment_tolerance_bps,
             )
+            .field("erc6492_factories", &self.erc6492_factories)
             .finish()
     }
 }
@@ -754,9 +765,25 @@ impl ServeArgs {
                         bail!("DEPOSIT_UNDERPAYMENT_TOLERANCE_BPS must be below 10000, got {bps}")
                     }
                 },
+                erc6492_factories: parse_addresses(
+                    "X402_ERC6492_FACTORIES",
+                    self.x402_erc6492_factories.as_deref().unwrap_or(""),
+                )?,
             },
         })
     }
+}
+
+/// A comma-separated list of addresses (blank: none), each `0x` + 40 hex digits.
+fn parse_addresses(setting: &str, raw: &str) -> anyhow::Result<Vec<alloy::primitives::Address>> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.parse()
+                .with_context(|| format!("{setting}: {item:?} is not an address"))
+        })
+        .collect()
 }
 
 /// `PUBLIC_BASE_URL`: an absolute http(s) URL without query or fragment, kept without its

@@ -18,6 +18,7 @@ use super::{
     Chains,
     evm::{
         authorization::{self, Authorization, PayerProof, PayerSignature, WalletAnswer},
+        erc6492,
         token::{Eip3009, TokenSupport},
     },
     follower::{FollowError, Interest},
@@ -185,27 +186,101 @@ async fn token_takes_contract_signature(
                 authorization.token
             ))
         })?;
-    // Only a refusal that is no fault of the signature (the nonce, the window, the balance, a
-    // pause: each checked or held elsewhere) lets the signature pass.
-    let window = |reason: &str| {
-        let reason = reason.to_ascii_lowercase();
-        reason.contains("not yet valid") || reason.contains("expired")
-    };
     match refused {
-        None => Ok(proof),
-        Some(reason)
-            if window(&reason)
-                || matches!(
-                    outbox::Revert::of_eip3009(&reason),
-                    outbox::Revert::Spent | outbox::Revert::NotYet(_)
-                ) =>
-        {
-            Ok(proof)
+        Some(reason) if !signature_passes(&reason) => {
+            Err(token_refuses(chain, authorization, who, &reason))
         }
-        Some(reason) => Err(ApiError::TokenNotSupported(format!(
-            "token {} on {chain} does not take a contract wallet's signature (ERC-1271) from the {who} {}: it checks only keys' signatures, or refuses this one ({reason})",
+        _ => Ok(proof),
+    }
+}
+
+/// Whether a simulated transfer's revert lets the signature pass: only a refusal that is no fault
+/// of the signature (the nonce, the window, the balance, a pause: each checked or held elsewhere).
+fn signature_passes(reason: &str) -> bool {
+    let lower = reason.to_ascii_lowercase();
+    lower.contains("not yet valid")
+        || lower.contains("expired")
+        || matches!(
+            outbox::Revert::of_eip3009(reason),
+            outbox::Revert::Spent | outbox::Revert::NotYet(_)
+        )
+}
+
+fn token_refuses(chain: &str, authorization: &Authorization, who: &str, reason: &str) -> ApiError {
+    ApiError::TokenNotSupported(format!(
+        "token {} on {chain} does not take a contract wallet's signature (ERC-1271) from the {who} {}: it checks only keys' signatures, or refuses this one ({reason})",
+        authorization.token, authorization.from
+    ))
+}
+
+/// The proof of an authorization signed by a contract wallet that is not deployed yet (ERC-6492):
+/// in one simulation, the wallet is deployed by `wrapped`'s call, then asked whether it accepts
+/// its signature (ERC-1271), then the token whether it takes the transfer. The caller has seen
+/// that `authorization.from` holds no code and that the factory is one it allows.
+pub async fn counterfactual_proof(
+    node: &Node,
+    chain: &str,
+    authorization: &Authorization,
+    token: &TokenSupport,
+    wrapped: &erc6492::Wrapped,
+    who: &str,
+) -> Result<PayerProof, ApiError> {
+    use alloy::sol_types::SolCall;
+    if !matches!(
+        token,
+        TokenSupport::Eip3009 {
+            contract_signatures: true,
+            ..
+        }
+    ) {
+        return Err(ApiError::TokenNotSupported(format!(
+            "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
             authorization.token, authorization.from
-        ))),
+        )));
+    }
+    let proof = PayerProof::Contract(wrapped.signature.clone());
+    let ask_wallet = authorization::Erc1271::isValidSignatureCall {
+        hash: authorization.digest(),
+        signature: wrapped.signature.clone(),
+    }
+    .abi_encode();
+    let calls = [
+        (authorization.from, ask_wallet.into()),
+        (authorization.token, authorization.calldata_for(&proof)),
+    ];
+    let simulated = erc6492::simulate_after(node, &wrapped.deployment, &calls)
+        .await
+        .map_err(|e| {
+            ApiError::ChainUnavailable(format!(
+                "whether the undeployed wallet {} accepts its signature needs its chain's simulation (eth_simulateV1), which did not answer ({e}); nothing was changed, retry later",
+                authorization.from
+            ))
+        })?;
+    let refused = |why: String| Err(ApiError::InvalidRequest(format!("signature: {why}")));
+    let outcomes = match simulated {
+        erc6492::Simulated::DeploymentFailed(reason) => {
+            return refused(format!(
+                "deploying the {who}'s wallet by its factory {} fails ({reason})",
+                wrapped.deployment.factory
+            ));
+        }
+        erc6492::Simulated::Calls(outcomes) => outcomes,
+    };
+    let magic = authorization::Erc1271::isValidSignatureCall::SELECTOR;
+    match &outcomes[0] {
+        Ok(answer) if answer.len() >= 4 && answer[..4] == magic => {}
+        _ => {
+            return refused(format!(
+                "the {who} {} once deployed by its factory {} does not accept it (ERC-1271 isValidSignature)",
+                authorization.from, wrapped.deployment.factory
+            ));
+        }
+    }
+    match &outcomes[1] {
+        Err(reason) if !signature_passes(reason) => {
+            Err(token_refuses(chain, authorization, who, reason))
+        }
+        _ => Ok(proof),
     }
 }
 
@@ -311,6 +386,7 @@ pub async fn queue_authorization(
         target: authorization.token,
         calldata: authorization.calldata_for(proof),
         sender: None,
+        after: None,
     };
     outbox::queue(conn, &submission).await?;
     Ok(())

@@ -37,6 +37,9 @@ pub struct NewSubmission<'a> {
     pub calldata: Bytes,
     /// The only relayer key that may send it, when the call checks its sender.
     pub sender: Option<Address>,
+    /// The submission that must be done before this one is sent (a wallet's deployment before
+    /// the payment it signed): the chain would refuse this call until that one ran.
+    pub after: Option<Uuid>,
 }
 
 /// Queues `submission` in the caller's transaction and returns its id (the existing one's, if
@@ -49,8 +52,8 @@ pub async fn queue(
     sqlx::query_scalar!(
         r#"
         WITH queued AS (
-            INSERT INTO chain_submissions (kind, subject, chain_id, dedupe_key, target, calldata, sender)
-            VALUES ($1, $2, $3, $4, $5, $6, $8)
+            INSERT INTO chain_submissions (kind, subject, chain_id, dedupe_key, target, calldata, sender, after_id)
+            VALUES ($1, $2, $3, $4, $5, $6, $8, $9)
             ON CONFLICT (chain_id, dedupe_key) DO UPDATE SET dedupe_key = EXCLUDED.dedupe_key
             RETURNING id, chain_id
         )
@@ -64,6 +67,7 @@ pub async fn queue(
         submission.calldata.as_ref(),
         QUEUED_CHANNEL,
         submission.sender.map(|a| a.to_checksum(None)),
+        submission.after,
     )
     .fetch_one(conn)
     .await
@@ -181,6 +185,13 @@ pub trait SubmissionKind: Send + Sync + 'static {
 
     fn classify(&self, reason: &str) -> Revert {
         Revert::of_eip3009(reason)
+    }
+
+    /// Whether its call is all there is to it (a wallet's deployment): done once it is mined, or
+    /// once the chain refuses it, with no watch to move its subject. Payments are not: the watch
+    /// of their effect ends them.
+    fn done_when_mined(&self) -> bool {
+        false
     }
 
     /// The token refuses the submission about `subject` for now, for `hold`: the subject says so.

@@ -330,6 +330,8 @@ impl Relayer<'_> {
                 SELECT id FROM chain_submissions s
                  WHERE chain_id = $1 AND state = 'queued' AND relayer IS DISTINCT FROM $2
                    AND (sender IS NULL OR sender = $2)
+                   AND (after_id IS NULL OR EXISTS (
+                        SELECT 1 FROM chain_submissions p WHERE p.id = s.after_id AND p.state = 'done'))
                    AND (relayer IS NULL OR NOT EXISTS (
                         SELECT 1 FROM relayer_leases l
                          WHERE l.chain_id = s.chain_id AND l.relayer = s.relayer AND l.expires_at > now()))
@@ -421,6 +423,16 @@ impl Relayer<'_> {
         for (submission, looked) in wanted.iter().copied().zip(looked) {
             match looked {
                 Ok(Look::Pending) => {}
+                // A call nothing watches for is done once it did its work; what follows it goes.
+                Ok(Look::Mined) => {
+                    if self
+                        .kinds
+                        .get(&submission.kind)
+                        .is_some_and(|k| k.done_when_mined())
+                    {
+                        finish(conn, submission, "mined").await?;
+                    }
+                }
                 Ok(Look::Ready(call)) => ready.push((submission, call)),
                 Ok(Look::Reverted(reason)) => self.reverted(conn, submission, reason).await?,
                 Err(e) => {
@@ -531,9 +543,9 @@ impl Relayer<'_> {
         }
     }
 
-    /// Whether a sent transaction should be left alone: one of its hashes is mined, or it has not
-    /// waited `replace_after` blocks yet while its nonce is still open.
-    async fn still_pending(&self, s: &Submission, head: u64) -> Result<bool, RelayError> {
+    /// Whether a sent transaction should be left alone, and why: one of its hashes is mined, or it
+    /// has not waited `replace_after` blocks yet while its nonce is still open.
+    async fn still_pending(&self, s: &Submission, head: u64) -> Result<Option<Look>, RelayError> {
         for hash in &s.tx_hashes {
             let hash: B256 = hash
                 .parse()
@@ -542,13 +554,13 @@ impl Relayer<'_> {
                 // Mined and it did its work: the follower takes over. A reverted one (someone
                 // else used the authorization first) is checked again by simulation below.
                 if receipt.status() {
-                    return Ok(true);
+                    return Ok(Some(Look::Mined));
                 }
-                return Ok(false);
+                return Ok(None);
             }
         }
         let sent_at = s.sent_at_block.unwrap_or(0) as u64;
-        Ok(head < sent_at + self.replace_after)
+        Ok((head < sent_at + self.replace_after).then_some(Look::Pending))
     }
 
     /// What sending the submission now would do: nothing yet (sent and pending), or a call the
@@ -556,8 +568,10 @@ impl Relayer<'_> {
     /// the pending one: a broadcast that only sits in a pool (perhaps ours, unrecorded) has paid
     /// nothing yet and may never be mined.
     async fn look(&self, s: &Submission, head: u64) -> Result<Look, RelayError> {
-        if s.state == State::Sent && self.still_pending(s, head).await? {
-            return Ok(Look::Pending);
+        if s.state == State::Sent
+            && let Some(left_alone) = self.still_pending(s, head).await?
+        {
+            return Ok(left_alone);
         }
         let target: Address = s
             .target
@@ -596,6 +610,10 @@ impl Relayer<'_> {
         reason: String,
     ) -> Result<(), sqlx::Error> {
         let kind = self.kinds.get(&s.kind);
+        if kind.is_some_and(|k| k.done_when_mined()) {
+            // Nothing to wait for: what follows it is judged by the chain on its own.
+            return finish(conn, s, &format!("refused: {reason}")).await;
+        }
         match kind.map(|k| k.classify(&reason)) {
             Some(Revert::Spent) => note(conn, s, &reason).await,
             Some(Revert::NotYet(hold)) => self.hold(conn, s, hold, &reason).await,
@@ -857,6 +875,8 @@ const IN_FLIGHT: usize = 16;
 enum Look {
     /// Sent, and to be left alone for now.
     Pending,
+    /// Sent, and in a block, where it did its work.
+    Mined,
     /// The chain would take this call now.
     Ready(Box<Call>),
     /// The simulation reverted, for this reason.

@@ -16,7 +16,8 @@ import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
 import { UptoEvmScheme as UptoEvmServer } from "@x402/evm/upto/server";
 import { readFileSync } from "node:fs";
 import { createWalletClient, defineChain, http, publicActions, toHex } from "viem";
-import { privateKeyToAccount } from "viem/accounts";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
+import { toCoinbaseSmartAccount } from "viem/account-abstraction";
 import { freePort, MERCHANT, MERCHANT_TOKEN, PAYER, PAYER_KEY, DEVNET_USD, USDC } from "../node/stack.mjs";
 
 export const NETWORK = "eip155:31337";
@@ -91,7 +92,8 @@ export async function startResource(facilitatorUrl, facilitator = facilitatorAt(
 /// With `paymentId`, every payment it makes carries that payment identifier where a route asks for
 /// one, as x402's documentation shows a client doing it. `assets` are what it agrees to pay in. With
 /// `rpcUrl`, it reads the chain there: what it needs to sign a token's EIP-2612 permit for Permit2.
-export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets = Object.keys(TOKENS), rpcUrl } = {}) {
+/// With `signer` (a viem account: a smart wallet's, say), it signs with that instead of `key`'s.
+export function payingClient({ hold = false, key = PAYER_KEY, signer = privateKeyToAccount(key), paymentId, assets = Object.keys(TOKENS), rpcUrl } = {}) {
   const sent = [];
   const transport = async (input, init) => {
     const request = new Request(input, init);
@@ -104,8 +106,8 @@ export function payingClient({ hold = false, key = PAYER_KEY, paymentId, assets 
   };
   const client = x402Client.fromConfig({
     schemes: [
-      { network: NETWORK, client: new ExactEvmClient(privateKeyToAccount(key), rpcUrl && { rpcUrl }) },
-      { network: NETWORK, client: new UptoEvmClient(privateKeyToAccount(key)) },
+      { network: NETWORK, client: new ExactEvmClient(signer, rpcUrl && { rpcUrl }) },
+      { network: NETWORK, client: new UptoEvmClient(signer) },
     ],
     // A devnet's tokens are no default asset of x402's: the payer names what it will pay in.
     spendControls: {
@@ -187,4 +189,30 @@ export async function madePermit2Payment({ scheme, Client, asset, extra = {}, ke
   if (sponsoredAt && !extensions?.eip2612GasSponsoring) throw new Error(`no token permit: ${JSON.stringify(created)}`);
   if (extensions?.eip2612GasSponsoring) changeTokenPermit(extensions.eip2612GasSponsoring.info);
   return { payload: { x402Version: 2, accepted: required, payload: created.payload, ...(extensions && { extensions }) }, required };
+}
+
+/// Where viem's `toCoinbaseSmartAccount` (version 1.1) finds Coinbase Smart Wallet's factory.
+export const SMART_WALLET_FACTORY = "0xBA5ED110eFDBa3D005bfC882d75358ACBbB85842";
+
+/// Coinbase Smart Wallet on the chain of `wallet` as on every public chain: its implementation
+/// deployed by `wallet`'s account, its factory's runtime written at SMART_WALLET_FACTORY with its
+/// `implementation` immutable set to it (contracts/vendor/smart-wallet/README.md).
+export async function placeSmartWalletFactory(wallet, rpc) {
+  const artifact = (name) => JSON.parse(readFileSync(new URL(`../../contracts/build/${name}.json`, import.meta.url)));
+  const implementation = artifact("CoinbaseSmartWallet");
+  const hash = await wallet.deployContract({ abi: implementation.abi, bytecode: implementation.bytecode });
+  const { contractAddress } = await wallet.waitForTransactionReceipt({ hash });
+  const factory = artifact("CoinbaseSmartWalletFactory");
+  const code = Buffer.from(factory.deployedBytecode.slice(2), "hex");
+  const word = Buffer.from(contractAddress.slice(2).toLowerCase().padStart(64, "0"), "hex");
+  for (const { start, length } of factory.immutableReferences.implementation) word.copy(code, start, 0, length);
+  await rpc("anvil_setCode", [SMART_WALLET_FACTORY, `0x${code.toString("hex")}`]);
+}
+
+/// A Coinbase Smart Wallet of a new owner key, not deployed: viem's account, which signs with
+/// ERC-6492 while its wallet has no code. With `address`, it signs as the wallet at that address
+/// (one it does not own).
+export async function undeployedSmartWallet(wallet, { address } = {}) {
+  const owner = privateKeyToAccount(generatePrivateKey());
+  return toCoinbaseSmartAccount({ client: wallet, owners: [owner], version: "1.1", address });
 }

@@ -16,7 +16,7 @@ import { ExactEvmScheme as ExactEvmFacilitator } from "@x402/evm/exact/facilitat
 import { ExactEvmScheme as ExactEvmClient, toFacilitatorEvmSigner } from "@x402/evm";
 import { UptoEvmScheme as UptoEvmFacilitator } from "@x402/evm/upto/facilitator";
 import { UptoEvmScheme as UptoEvmClient } from "@x402/evm/upto/client";
-import { keccak256, toHex } from "viem";
+import { keccak256, parseErc6492Signature, serializeErc6492Signature, toHex } from "viem";
 // viem carries Multicall3's bytecode for its deployless calls, though it does not export it.
 import { multicall3Bytecode } from "./node_modules/viem/_esm/constants/contracts.js";
 import { privateKeyToAccount } from "viem/accounts";
@@ -25,8 +25,8 @@ import {
 } from "../node/stack.mjs";
 import { generatePaymentId } from "@x402/extensions/payment-identifier";
 import {
-  METERED_CHARGE, NETWORK, PRICE, TOKENS, approvePermit2, facilitatorAt, madePermit2Payment, payingClient, signPayment,
-  startResource, usdtLike, walletOf,
+  METERED_CHARGE, NETWORK, PRICE, SMART_WALLET_FACTORY, TOKENS, approvePermit2, facilitatorAt, madePermit2Payment, payingClient,
+  placeSmartWalletFactory, signPayment, startResource, undeployedSmartWallet, usdtLike, walletOf,
 } from "./resource.mjs";
 
 const TRANSFER = keccak256(toHex("Transfer(address,address,uint256)"));
@@ -74,12 +74,13 @@ async function transfersIn(hash) {
     .map((log) => [`0x${log.topics[1].slice(26)}`, `0x${log.topics[2].slice(26)}`, BigInt(log.data)]);
 }
 
-const paidOnce = (transfers) =>
-  assert.deepEqual(transfers, [[PAYER.toLowerCase(), MERCHANT.toLowerCase(), BigInt(PRICE)]]);
+const paidOnce = (transfers, payer = PAYER) =>
+  assert.deepEqual(transfers, [[payer.toLowerCase(), MERCHANT.toLowerCase(), BigInt(PRICE)]]);
 
 before(async () => {
   chain = await startChain();
-  api = await startApi("x402", chain);
+  // Undeployed Coinbase Smart Wallets may pay (ERC-6492): their factory is allowed.
+  api = await startApi("x402", chain, { X402_ERC6492_FACTORIES: SMART_WALLET_FACTORY });
   dropper = await startDropper(api.base);
   resource = await startResource(`${dropper.url}/x402`);
   resourceUrl = resource.url;
@@ -434,4 +435,76 @@ test("a payer who never approved Permit2 pays USDC by Permit2 with USDC's own EI
   const mined = await payer.getTransactionReceipt({ hash: paid.transaction });
   assert.ok(mined.logs.some((log) => log.topics[0] === settledWithPermit), "settled through settleWithPermit");
   assert.equal(await read("balanceOf", [MERCHANT]), before + 2n * BigInt(PRICE));
+});
+
+test("a smart wallet not deployed yet pays USDC through x402's own client (ERC-6492): the reference's verdicts, its factory allowed, deployed first, paid once", async () => {
+  assert.ok(referenceFacilitator, "the EIP-3009 differential test ran first and placed Multicall3");
+  const { wallet } = referenceFacilitator;
+  await placeSmartWalletFactory(wallet, chain.rpc);
+  const reference = new x402Facilitator().register(
+    NETWORK,
+    new ExactEvmFacilitator(toFacilitatorEvmSigner(wallet), { eip6492AllowedFactories: [SMART_WALLET_FACTORY] }),
+  );
+  const funder = walletOf(chain.url, PAYER_KEY);
+  const erc20 = (functionName, inputs, outputs = []) => [{ type: "function", name: functionName, stateMutability: outputs.length ? "view" : "nonpayable", inputs, outputs }];
+  const usdcOf = (address) => funder.readContract({ address: USDC, abi: erc20("balanceOf", [{ type: "address" }], [{ type: "uint256" }]), functionName: "balanceOf", args: [address] });
+  /// A new owner's Coinbase Smart Wallet, undeployed, holding 3 × PRICE of USDC.
+  const fundedSmartWallet = async () => {
+    const account = await undeployedSmartWallet(wallet);
+    const hash = await funder.writeContract({ address: USDC, abi: erc20("transfer", [{ type: "address" }, { type: "uint256" }]), functionName: "transfer", args: [account.address, 3n * BigInt(PRICE)] });
+    await funder.waitForTransactionReceipt({ hash });
+    assert.equal(await wallet.getCode({ address: account.address }), undefined, "not deployed");
+    return account;
+  };
+  const account = await fundedSmartWallet();
+  const required = { scheme: "exact", network: NETWORK, amount: PRICE, asset: USDC, payTo: MERCHANT, maxTimeoutSeconds: 60, extra: TOKENS[USDC] };
+  const signed = async (signer) => {
+    const created = await new ExactEvmClient(signer).createPaymentPayload(2, required);
+    return { payload: { x402Version: 2, accepted: required, payload: created.payload }, required };
+  };
+  const good = await signed(account);
+  const envelope = parseErc6492Signature(good.payload.payload.signature);
+  assert.equal(envelope.address.toLowerCase(), SMART_WALLET_FACTORY.toLowerCase(), "x402's client signs with ERC-6492 for an undeployed wallet");
+  const withEnvelope = (payment, change) => {
+    const copy = structuredClone(payment);
+    const parts = parseErc6492Signature(copy.payload.payload.signature);
+    change(parts);
+    copy.payload.payload.signature = serializeErc6492Signature(parts);
+    return copy;
+  };
+  // Another owner's signature for this wallet, with this wallet's deployment.
+  const foreign = await signed(await undeployedSmartWallet(wallet, { address: account.address }));
+  await sameRefusals(reference, {
+    "a factory not allowed": withEnvelope(good, (p) => (p.address = MERCHANT)),
+    "another owner's signature": withEnvelope(foreign, (p) => (p.data = envelope.data)),
+  });
+  assert.equal((await reference.verify(good.payload, good.required)).isValid, true, "valid to the reference");
+  const verified = await api.merchant("POST", "/x402/verify", { x402Version: 2, paymentPayload: good.payload, paymentRequirements: good.required });
+  assert.deepEqual([verified.body.isValid, verified.body.payer], [true, account.address], JSON.stringify(verified.body));
+  assert.equal(await wallet.getCode({ address: account.address }), undefined, "verify deploys nothing");
+
+  // Settled: the wallet deployed first, then paid once.
+  const before = await usdcOf(MERCHANT);
+  const facilitator = facilitatorAt(`${api.base}/x402`);
+  const settled = await facilitator.settle(good.payload, good.required);
+  assert.equal(settled.success, true, JSON.stringify(settled));
+  assert.equal(settled.payer, account.address);
+  assert.ok(await wallet.getCode({ address: account.address }), "the settle deployed the wallet");
+  paidOnce(await transfersIn(settled.transaction), account.address);
+  assert.equal(await usdcOf(MERCHANT), before + BigInt(PRICE));
+  const again = await facilitator.settle(good.payload, good.required);
+  assert.equal(again.success, false, JSON.stringify(again));
+  assert.equal(again.transaction, settled.transaction, "a second settle names the first one's transfer");
+  assert.equal(await usdcOf(MERCHANT), before + BigInt(PRICE));
+
+  // The whole round, x402's own: @x402/fetch pays from another undeployed wallet.
+  const second = await fundedSmartWallet();
+  const { pay } = payingClient({ signer: second, assets: [USDC] });
+  const answer = await pay(`${resourceUrl}/weather-usdc`);
+  assert.equal(answer.status, 200, await answer.clone().text());
+  const paid = decodePaymentResponseHeader(answer.headers.get("payment-response"));
+  assert.deepEqual([paid.success, paid.payer], [true, second.address], JSON.stringify(paid));
+  assert.ok(await wallet.getCode({ address: second.address }), "deployed by the settle");
+  assert.equal(await usdcOf(second.address), 2n * BigInt(PRICE));
+  assert.equal(await usdcOf(MERCHANT), before + 2n * BigInt(PRICE));
 });

@@ -216,6 +216,7 @@ pub async fn queue(
         target: X402_EXACT_PROXY,
         calldata: permit.settle_calldata(permit.amount, signature.clone()),
         sender: None,
+        after: None,
     };
     outbox::queue(conn, &submission).await?;
     Ok(())

@@ -76,6 +76,7 @@ pub async fn queue(
         target,
         calldata: Bytes::from(calldata),
         sender: None,
+        after: None,
     };
     outbox::queue(tx, &submission).await.map(Some)
 }

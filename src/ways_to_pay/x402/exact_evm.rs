@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use x402_types::proto::v2;
 
+use super::erc6492::Signature;
 use crate::{
     config::ChainEndpoint,
     db::Pool,
@@ -20,6 +21,7 @@ use crate::{
         Chains, eip3009,
         evm::{
             authorization::{Authorization, PayerProof},
+            erc6492,
             token::{self, TokenSupport},
         },
         rpc::{ChainError, Node},
@@ -135,6 +137,8 @@ pub struct Checked {
     /// Under the domain the requirements name, which is the token's.
     pub authorization: Authorization,
     pub proof: PayerProof,
+    /// The call that deploys the payer's wallet first, when it is not deployed yet (ERC-6492).
+    pub deployment: Option<erc6492::Deployment>,
 }
 
 /// Whether a payment would be accepted now, with the reference's answer when not (`docs/x402.md`,
@@ -268,18 +272,46 @@ pub async fn check(
         Err(tokens::ResolveError::Database(e)) => return Err(e.into()),
         Err(tokens::ResolveError::Chain(e)) => return Err(unavailable(&chain, e)),
     };
-    // The signature over the domain the requirements name, as the reference checks it.
-    let proof = match eip3009::authorizer_proof(
-        chains,
-        &chain,
-        &authorization,
-        &support,
-        &payload.signature,
-        "payer",
-    )
-    .await
-    {
-        Ok(proof) => proof,
+    // The signature over the domain the requirements name, as the reference checks it; an
+    // undeployed wallet's after its deployment.
+    let allowed = &chains.settings.erc6492_factories;
+    let signature = super::erc6492::classify(node, allowed, a.from, &payload.signature)
+        .await
+        .map_err(|e| unavailable(&chain, e))?;
+    let (proof, deployment) = match signature {
+        Err((reason, why)) => return invalid(reason, why),
+        Ok(Signature::AsSigned(signature)) => {
+            let proof = eip3009::authorizer_proof(
+                chains,
+                &chain,
+                &authorization,
+                &support,
+                &signature,
+                "payer",
+            );
+            (proof.await, None)
+        }
+        Ok(Signature::Counterfactual(wrapped)) => {
+            let proof = eip3009::counterfactual_proof(
+                node,
+                &chain,
+                &authorization,
+                &support,
+                &wrapped,
+                "payer",
+            );
+            (proof.await, Some(wrapped.deployment))
+        }
+    };
+    // An undeployed wallet's signature is judged by the simulation, which the reference runs
+    // last: its refusal is answered after every other check, as the reference's is.
+    let (proof, simulation_refused) = match proof {
+        Ok(proof) => (Some(proof), None),
+        Err(ApiError::InvalidRequest(why) | ApiError::TokenNotSupported(why))
+            if deployment.is_some() =>
+        {
+            (None, Some(why))
+        }
         Err(ApiError::InvalidRequest(why) | ApiError::TokenNotSupported(why)) => {
             return invalid("invalid_exact_evm_signature", why);
         }
@@ -355,10 +387,15 @@ pub async fn check(
             format!("the payer holds {balance}, the payment is {value}"),
         );
     }
+    let (Some(proof), None) = (proof, simulation_refused.as_ref()) else {
+        let why = simulation_refused.unwrap_or_default();
+        return invalid("invalid_exact_evm_transaction_simulation_failed", why);
+    };
     Ok(Ok(Checked {
         chain,
         authorization,
         proof,
+        deployment,
     }))
 }
 

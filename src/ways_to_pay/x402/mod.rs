@@ -9,12 +9,14 @@
 //! - `exact_permit2`: the same scheme by Permit2, for tokens without EIP-3009
 //! - `eip2612_gas_sponsoring`: x402's extension of a Permit2 payment by the token's EIP-2612
 //!   permit for Permit2, submitted with the settle
+//! - `erc6492`: payers whose smart wallet is not deployed yet, and the deployment the settle queues
 //! - `settle`: one payment, one success: store, submit, wait, claim the success
 //! - `payment_identifier`: x402's `payment-identifier` extension, the settle's idempotency key
 //! - `routes`: `GET /x402/supported`, `POST /x402/verify`, `POST /x402/settle`, and the lookup of a
 //!   payment by its key
 
 pub mod eip2612_gas_sponsoring;
+pub mod erc6492;
 pub mod exact_evm;
 pub mod exact_permit2;
 pub mod payment_identifier;
@@ -27,13 +29,19 @@ use super::{Routes, WayToPay};
 use crate::{config::SettlementSettings, db::Pool, idempotency::IdempotencyState, rails::Chains};
 
 /// payments-api as an x402 facilitator. A settle queues an intent's payment (the authorization's
-/// submission kind); the authorization's watches see it, by EIP-3009 or by Permit2.
+/// submission kind), after its payer's wallet's deployment when it is not deployed yet; the
+/// authorization's watches see it, by EIP-3009 or by Permit2.
 pub struct X402;
 
 impl WayToPay for X402 {
     type Watch = ();
 
     fn watch(_: &SettlementSettings) -> Self::Watch {}
+
+    /// An undeployed payer's wallet, deployed before its payment (ERC-6492).
+    fn submission_kinds() -> Vec<std::sync::Arc<dyn crate::rails::outbox::SubmissionKind>> {
+        vec![std::sync::Arc::new(erc6492::WalletDeployment)]
+    }
 
     /// Under `/x402`, with idempotency on settle only and no turn (`docs/x402.md`).
     fn routes<S>(idempotency: &IdempotencyState, chains: &Chains) -> Routes<S>

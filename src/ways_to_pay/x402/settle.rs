@@ -41,7 +41,7 @@ use crate::{
     },
     rails::{
         Chains, eip3009,
-        evm::permit2::PERMIT2,
+        evm::{erc6492, permit2::PERMIT2},
         outbox::{self, NewSubmission},
     },
 };
@@ -523,6 +523,8 @@ struct Payable {
     calldata: Bytes,
     /// The one relayer key that may send it, when the call checks its sender.
     sender: Option<Address>,
+    /// The payer's wallet's deployment, sent first (ERC-6492).
+    deployment: Option<erc6492::Deployment>,
 }
 
 impl Payable {
@@ -544,6 +546,7 @@ impl Payable {
             target: a.token,
             calldata: a.calldata_for(&checked.proof),
             sender: None,
+            deployment: checked.deployment,
             chain: checked.chain,
         })
     }
@@ -577,6 +580,7 @@ impl Payable {
             dedupe_key: eip3009::dedupe_key(PERMIT2, p.owner, nonce),
             target: p.spender(),
             sender: p.facilitator,
+            deployment: None,
             calldata: p.settle_calldata(charged, checked.signature.clone()),
             chain: checked.chain,
         })
@@ -755,6 +759,14 @@ async fn open_intent(
         TransitionError::Database(e) => ApiError::from(e),
         other => ApiError::internal(&format!("a new x402 intent cannot be confirmed: {other}")),
     })?;
+    let after = match &payable.deployment {
+        Some(deployment) => {
+            let first =
+                super::erc6492::submission(id.as_str(), payable.chain_id, payable.from, deployment);
+            Some(outbox::queue(tx, &first).await?)
+        }
+        None => None,
+    };
     let submission = NewSubmission {
         kind: crate::intents::payment::KIND,
         subject: id.as_str(),
@@ -763,6 +775,7 @@ async fn open_intent(
         target: payable.target,
         calldata: payable.calldata.clone(),
         sender: payable.sender,
+        after,
     };
     outbox::queue(tx, &submission).await?;
     Ok(())

@@ -146,6 +146,7 @@ pub fn settlement_on(chains: &[&Anvil], confirmations: u64) -> SettlementSetting
         // A share the relayer tests fill in a few seconds.
         relayer_batch: 50,
         underpayment_tolerance_bps: 0,
+        erc6492_factories: Vec::new(),
     }
 }
 
