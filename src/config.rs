@@ -318,7 +318,8 @@ pub struct ServeArgs {
     pub db_background_connections: u32,
 
     /// `/v1` requests working at the database at once, merchants taking turns when more want to;
-    /// by default twice the cores this process sees, at most the request pool less one.
+    /// by default twice the cores this process sees, at most the request pool less one, and a
+    /// merchant alone may take up to the pool less one. A given number is fixed.
     #[arg(long, env = "DB_REQUEST_TURNS")]
     pub db_request_turns: Option<u32>,
 

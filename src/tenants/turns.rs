@@ -1,12 +1,14 @@
 //! Merchants take turns at the database (`docs/design.md`, "Per-merchant limits"): at most
 //! `DB_REQUEST_TURNS` requests work at once, and when more want to, a free turn goes to the
 //! waiting merchant that holds the fewest. A merchant's queue of fifty stands behind its own
-//! requests, never in front of another merchant's one.
+//! requests, never in front of another merchant's one. By default a merchant that has had the
+//! turns to itself for a while may take more, up to the pool less one: with no one to be fair
+//! to, fewer turns would only keep its commits from sharing a flush ("How many turns").
 
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -25,9 +27,22 @@ pub struct Turns {
     count: usize,
 }
 
+/// How long every turn must have gone to one merchant before it counts as alone.
+pub const ALONE_AFTER: Duration = Duration::from_secs(1);
+
 struct Queue {
-    /// Turns no request holds.
-    free: usize,
+    /// The turns requests work with at once when merchants share the database.
+    count: usize,
+    /// The turns a merchant alone may hold: `count` when the turns are fixed.
+    ceiling: usize,
+    /// `ALONE_AFTER`.
+    alone_after: Duration,
+    /// Turns requests hold.
+    in_use: usize,
+    /// The merchant that took the last turn, and until when another merchant counts as present:
+    /// `ALONE_AFTER` past the last time the turns changed hands.
+    last_taker: String,
+    shared_until: Instant,
     /// The turns each merchant holds (merchants holding none are left out).
     held: HashMap<String, usize>,
     /// Each merchant's waiting requests, first come first served within the merchant.
@@ -40,7 +55,12 @@ struct Queue {
 impl Queue {
     /// Counts a turn as `merchant`'s and makes it. Every `/v1` request takes one: a merchant
     /// already holding turns is counted without a new key.
-    fn hand(&mut self, merchant: &str, turns: &Arc<Mutex<Queue>>) -> Turn {
+    fn hand(&mut self, merchant: &str, turns: &Arc<Mutex<Queue>>, now: Instant) -> Turn {
+        self.in_use += 1;
+        if self.last_taker != merchant {
+            merchant.clone_into(&mut self.last_taker);
+            self.shared_until = now + self.alone_after;
+        }
         match self.held.get_mut(merchant) {
             Some(held) => *held += 1,
             None => {
@@ -54,6 +74,7 @@ impl Queue {
     }
 
     fn release(&mut self, merchant: &str) {
+        self.in_use -= 1;
         if let Some(held) = self.held.get_mut(merchant) {
             *held -= 1;
             if *held == 0 {
@@ -62,17 +83,43 @@ impl Queue {
         }
     }
 
+    fn held_by(&self, merchant: &str) -> usize {
+        self.held.get(merchant).copied().unwrap_or(0)
+    }
+
+    /// Whether `merchant` has had the turns to itself for `ALONE_AFTER`, holds every turn held,
+    /// and no one else waits.
+    fn alone(&self, merchant: &str, now: Instant) -> bool {
+        self.last_taker == merchant
+            && now >= self.shared_until
+            && self.held.len() <= 1
+            && self.held_by(merchant) == self.in_use
+            && self.order.iter().all(|waiting| waiting == merchant)
+    }
+
+    /// Whether `merchant` may take a turn now: one of the `count` is free; or, up to the
+    /// ceiling, it holds none while others hold more than their share (it goes first), or it is
+    /// alone.
+    fn may_take(&self, merchant: &str, now: Instant) -> bool {
+        self.in_use < self.count
+            || (self.in_use < self.ceiling
+                && (self.held_by(merchant) == 0 || self.alone(merchant, now)))
+    }
+
     /// The waiting merchant to serve next: the one holding the fewest turns, so that a merchant
     /// with one request waiting goes before another merchant's queue; among equals the one that
     /// has waited longest. It goes to the back of the line if it has more requests waiting. The
-    /// scan is over the merchants waiting, not their requests.
-    fn next_waiter(&mut self) -> Option<(String, oneshot::Sender<Turn>)> {
-        let held = |merchant: &String| self.held.get(merchant).copied().unwrap_or(0);
-        let (at, _) = self
+    /// scan is over the merchants waiting, not their requests. `None` if no one waits, or if the
+    /// next may not take a turn now.
+    fn next_waiter(&mut self, now: Instant) -> Option<(String, oneshot::Sender<Turn>)> {
+        let (at, merchant) = self
             .order
             .iter()
             .enumerate()
-            .min_by_key(|&(at, merchant)| (held(merchant), at))?;
+            .min_by_key(|&(at, merchant)| (self.held_by(merchant), at))?;
+        if !self.may_take(merchant, now) {
+            return None;
+        }
         let merchant = self.order.remove(at).expect("found in the order");
         let mine = self
             .waiting
@@ -105,11 +152,18 @@ impl Turns {
     /// there in arrival order instead of here by merchant (`docs/design.md`, "How many turns").
     /// At most `connections` less one, so that what takes no turn (key lookups, checkout, x402)
     /// finds a connection; a pool of one is all turns.
+    /// Unless `wanted` is given, a merchant alone may take up to `connections` less one.
     pub fn for_pool(wanted: Option<usize>, connections: usize) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
-        let turns = Self::new(turn_count(wanted, connections, cores));
+        let count = turn_count(wanted, connections, cores);
+        let ceiling = match wanted {
+            Some(_) => count,
+            None => turn_count(Some(connections), connections, cores),
+        };
+        let turns = Self::with_ceiling(count, ceiling);
         tracing::info!(
             turns = turns.count,
+            alone = ceiling,
             cores,
             pool = connections,
             "/v1 requests take turns at the database (DB_REQUEST_TURNS)"
@@ -117,12 +171,22 @@ impl Turns {
         turns
     }
 
-    /// `at_once` turns (at least one).
+    /// `at_once` turns (at least one), however long a merchant is alone.
     pub fn new(at_once: usize) -> Self {
+        Self::with_ceiling(at_once, at_once)
+    }
+
+    /// `at_once` turns when merchants share them, up to `ceiling` for a merchant alone.
+    pub fn with_ceiling(at_once: usize, ceiling: usize) -> Self {
         let count = at_once.max(1);
         Self {
             inner: Arc::new(Mutex::new(Queue {
-                free: count,
+                count,
+                ceiling: ceiling.max(count),
+                alone_after: ALONE_AFTER,
+                in_use: 0,
+                last_taker: String::new(),
+                shared_until: Instant::now(),
                 held: HashMap::new(),
                 waiting: HashMap::new(),
                 order: VecDeque::new(),
@@ -141,9 +205,15 @@ impl Turns {
     pub async fn take(&self, merchant: &str, wait: Duration) -> Option<Turn> {
         let receiver = {
             let mut queue = lock(&self.inner);
-            if queue.free > 0 {
-                queue.free -= 1;
-                return Some(queue.hand(merchant, &self.inner));
+            let now = Instant::now();
+            // Someone waiting goes first, unless this merchant is alone.
+            if queue.may_take(merchant, now)
+                && (queue.order.is_empty() || queue.alone(merchant, now))
+            {
+                return Some(queue.hand(merchant, &self.inner, now));
+            }
+            if wait.is_zero() {
+                return None;
             }
             let (sender, receiver) = oneshot::channel();
             match queue.waiting.get_mut(merchant) {
@@ -175,9 +245,11 @@ impl Drop for Turn {
         };
         let mut queue = lock(&inner);
         queue.release(&self.merchant);
-        // The next waiter gets the turn; one that gave up meanwhile is passed over.
-        while let Some((merchant, sender)) = queue.next_waiter() {
-            let turn = queue.hand(&merchant, &inner);
+        // The next waiter gets the turn if it may take one; one that gave up meanwhile is passed
+        // over. A turn past the count that no one may take is retired.
+        let now = Instant::now();
+        while let Some((merchant, sender)) = queue.next_waiter(now) {
+            let turn = queue.hand(&merchant, &inner, now);
             match sender.send(turn) {
                 Ok(()) => return,
                 // Its request stopped waiting: the turn is not given back twice.
@@ -187,7 +259,6 @@ impl Drop for Turn {
                 }
             }
         }
-        queue.free += 1;
     }
 }
 
@@ -272,7 +343,7 @@ mod tests {
         for waiter in a_queue {
             assert!(waiter.await.unwrap().is_some());
         }
-        assert_eq!(lock(&turns.inner).free, 1);
+        assert_eq!(lock(&turns.inner).in_use, 0);
     }
 
     #[tokio::test]
@@ -311,7 +382,11 @@ mod tests {
         let a_turn = a_waiting.await.unwrap().expect("a is served next");
         drop((a_turn, b_turn));
         let queue = lock(&turns.inner);
-        assert_eq!((queue.free, queue.held.len()), (2, 0), "every turn is back");
+        assert_eq!(
+            (queue.in_use, queue.held.len()),
+            (0, 0),
+            "every turn is back"
+        );
     }
 
     #[test]
@@ -323,11 +398,18 @@ mod tests {
         assert_eq!(turn_count(Some(0), 1, 2), 1);
         assert_eq!(turn_count(None, 1, 2), 1);
         let turns = Turns::for_pool(Some(3), 16);
-        let free = lock(&turns.inner).free;
+        let queue = lock(&turns.inner);
         assert_eq!(
-            (free, turns.count()),
-            (3, 3),
-            "for_pool makes the turns it counts"
+            (queue.count, queue.ceiling, turns.count()),
+            (3, 3, 3),
+            "for_pool makes the turns it counts; a given number is fixed"
+        );
+        drop(queue);
+        let turns = Turns::for_pool(None, 16);
+        assert_eq!(
+            lock(&turns.inner).ceiling,
+            15,
+            "by default a merchant alone takes the pool less one"
         );
     }
 
@@ -338,6 +420,75 @@ mod tests {
         assert!(turns.take("b", Duration::from_millis(10)).await.is_none());
         drop(held);
         let queue = lock(&turns.inner);
-        assert_eq!((queue.free, queue.order.len(), queue.held.len()), (1, 0, 0));
+        assert_eq!(
+            (queue.in_use, queue.order.len(), queue.held.len()),
+            (0, 0, 0)
+        );
+    }
+
+    /// Takes `n` turns for `merchant` that are free now.
+    async fn take_now(turns: &Turns, merchant: &str, n: usize) -> Vec<Turn> {
+        let mut taken = Vec::new();
+        for _ in 0..n {
+            let turn = turns.take(merchant, Duration::ZERO).await;
+            taken.push(turn.expect("a turn is free"));
+        }
+        taken
+    }
+
+    #[tokio::test]
+    async fn a_merchant_is_not_alone_before_it_had_the_turns_to_itself_for_a_while() {
+        let turns = Turns::with_ceiling(2, 5);
+        // However slow this machine, the while has not passed.
+        lock(&turns.inner).alone_after = Duration::from_secs(3600);
+        let _a = take_now(&turns, "a", 2).await;
+        assert!(
+            turns.take("a", Duration::ZERO).await.is_none(),
+            "not alone before the while has passed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_merchant_alone_takes_up_to_the_ceiling_and_gives_back_the_excess_when_another_comes()
+    {
+        let turns = Turns::with_ceiling(2, 5);
+        // Alone as soon as every turn went to it.
+        lock(&turns.inner).alone_after = Duration::ZERO;
+        let mut a = take_now(&turns, "a", 5).await;
+        assert!(
+            turns.take("a", Duration::ZERO).await.is_none(),
+            "the ceiling holds"
+        );
+        // b comes: the next turn given back is b's, though a holds five; then b is present.
+        lock(&turns.inner).alone_after = ALONE_AFTER;
+        let b = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take("b", LONG).await })
+        };
+        while turns.waiting() < 1 {
+            tokio::task::yield_now().await;
+        }
+        let a_more = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take("a", LONG).await })
+        };
+        while turns.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(a.pop());
+        let b_turn = b.await.unwrap().expect("b is served at once");
+        // a is no longer alone: its turns past the count retire as it gives them back.
+        drop(a.pop());
+        drop(a.pop());
+        drop(a.pop());
+        assert!(!a_more.is_finished(), "a waits while it holds its share");
+        assert_eq!(lock(&turns.inner).in_use, 2, "a's one and b's one");
+        drop(a.pop());
+        let a_turn = a_more
+            .await
+            .unwrap()
+            .expect("a's waiter gets a's freed turn");
+        drop((a_turn, b_turn));
+        assert_eq!(lock(&turns.inner).in_use, 0);
     }
 }
