@@ -158,10 +158,7 @@ pub async fn authorizer_proof(
                 contract_signatures: true,
                 ..
             } => token_takes_contract_signature(node, chain, authorization, bytes, who).await,
-            _ => Err(ApiError::TokenNotSupported(format!(
-                "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
-                authorization.token, authorization.from
-            ))),
+            _ => Err(no_contract_signatures(chain, authorization, who)),
         },
     }
 }
@@ -206,6 +203,14 @@ fn signature_passes(reason: &str) -> bool {
         )
 }
 
+/// A token without the `bytes signature` form, which no contract wallet can sign for.
+fn no_contract_signatures(chain: &str, authorization: &Authorization, who: &str) -> ApiError {
+    ApiError::TokenNotSupported(format!(
+        "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
+        authorization.token, authorization.from
+    ))
+}
+
 fn token_refuses(chain: &str, authorization: &Authorization, who: &str, reason: &str) -> ApiError {
     ApiError::TokenNotSupported(format!(
         "token {} on {chain} does not take a contract wallet's signature (ERC-1271) from the {who} {}: it checks only keys' signatures, or refuses this one ({reason})",
@@ -233,10 +238,7 @@ pub async fn counterfactual_proof(
             ..
         }
     ) {
-        return Err(ApiError::TokenNotSupported(format!(
-            "token {} on {chain} has no transferWithAuthorization with a bytes signature, so a contract wallet (the {who} {}) cannot sign for it",
-            authorization.token, authorization.from
-        )));
+        return Err(no_contract_signatures(chain, authorization, who));
     }
     let proof = PayerProof::Contract(wrapped.signature.clone());
     let ask_wallet = authorization::Erc1271::isValidSignatureCall {
